@@ -1,0 +1,50 @@
+// Package align computes tile positions of a grid mosaic: pairwise
+// translations between grid neighbours by phase correlation checked with
+// normalised cross-correlation (NCC), outlier filtering with a stage model
+// (MIST), and a maximum spanning tree over NCC weights.
+//
+// Tiles are float32 planes (y, x), all of the same size. Positions are in
+// pixels, (Y, X), of each tile's pixel (0, 0), shifted so the minimum is 0.
+package align
+
+import (
+	"context"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// Direction says where tile B lies relative to tile A.
+type Direction int
+
+const (
+	Left Direction = iota // B is the right-hand neighbour of A (same row, col+1)
+	Top                   // B is the neighbour below A (row+1, same col)
+)
+
+// Pair is one neighbour pair, by indices into the tile slice.
+type Pair struct {
+	A, B int
+	Dir  Direction
+}
+
+// Translation is the measured position of tile B minus the position of tile
+// A, in px, with the NCC of the overlap at that translation.
+type Translation struct {
+	DY, DX float64
+	NCC    float64
+}
+
+// Params are the alignment settings (config keys in brackets).
+type Params struct {
+	Overlap      float64 // expected overlap fraction of a tile, (0,1) [tile_overlap]
+	NCCThreshold float64 // initial NCC threshold [ncc_threshold] (0.078)
+	POU          float64 // percent overlap uncertainty, % of tile size [pou] (0.5)
+	Subpixel     bool    // refine translations to sub-pixel precision
+}
+
+// PairTranslator measures the translations of neighbour pairs. This is the
+// heavy part (FFTs, NCC) and has a CPU reference and a CUDA implementation
+// held to the same conformance suite (aligntest).
+type PairTranslator interface {
+	Translate(ctx context.Context, tiles []*raster.Float32, pairs []Pair, p Params) ([]Translation, error)
+}

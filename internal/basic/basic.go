@@ -1,0 +1,66 @@
+// Package basic estimates and applies illumination profiles with BaSiC
+// (Peng et al., Nat. Commun. 8:14836, 2017): every image of a stack is modelled
+// as I(x) = S(x)·B + D(x), with S the flatfield (mean 1) and D the darkfield,
+// fitted by inexact-ALM robust PCA with an L1 penalty on the DCT coefficients
+// of S and D, at a reduced working size, with reweighting rounds.
+//
+// Stacks are (n, y, x) float32, x fastest, in any consistent intensity unit
+// (the stitch stage uses counts/65535); the darkfield comes back in the same
+// unit. Profiles are float32 at the stack's full (H, W).
+package basic
+
+import (
+	"context"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// Params are the fit settings. Production() gives the pipeline's fixed
+// quality settings; they are never lowered for speed.
+type Params struct {
+	WorkingSize           int     // side of the square working grid, px (128)
+	MaxIterations         int     // inner ALM iterations per reweighting round (500)
+	OptimizationTol       float64 // inner stop: ||D-A-E||_F / ||D||_F below this (1e-6)
+	MaxReweightIterations int     // reweighting rounds (25)
+	ReweightTol           float64 // stop when flatfield and darkfield change less than this (1e-3)
+	Darkfield             bool    // estimate the darkfield (true)
+	Epsilon               float64 // reweighting epsilon (0.1)
+	LambdaFlat            float64 // 0: automatic, sum|DCT(mean/mean(mean))|/400*0.5
+	LambdaDark            float64 // 0: automatic, 0.2 * automatic LambdaFlat
+	Seed                  uint64  // seed for any randomised step (power iteration)
+}
+
+// Production returns the pipeline's fixed quality settings:
+// 500 iterations, tolerance 1e-6, 25 reweighting rounds, reweight tolerance
+// 1e-3, darkfield on, working size 128, epsilon 0.1, automatic lambdas.
+func Production() Params {
+	return Params{
+		WorkingSize:           128,
+		MaxIterations:         500,
+		OptimizationTol:       1e-6,
+		MaxReweightIterations: 25,
+		ReweightTol:           1e-3,
+		Darkfield:             true,
+		Epsilon:               0.1,
+		Seed:                  1,
+	}
+}
+
+// Profile is the result of one fit.
+type Profile struct {
+	W, H      int       // full size, px
+	Flatfield []float32 // (y, x), mean 1
+	Darkfield []float32 // (y, x), in the input's intensity unit; zeros when Params.Darkfield is false
+	// WorkFlat and WorkDark are the same profiles at the working size
+	// (WorkingSize x WorkingSize), before the resize back to (H, W).
+	WorkFlat, WorkDark []float32
+	Iterations         int // inner ALM iterations summed over all rounds
+	Reweights          int // reweighting rounds run
+}
+
+// Fitter fits one profile per stack. Implementations (CPU reference, CUDA)
+// must give the same results within the tolerances of the conformance suite
+// in basictest. They honour ctx cancellation between iterations.
+type Fitter interface {
+	Fit(ctx context.Context, stacks []*raster.Stack, p Params) ([]Profile, error)
+}

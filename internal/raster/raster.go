@@ -1,0 +1,109 @@
+// Package raster holds the host image types shared by every stage.
+//
+// Conventions used across the project:
+//   - A plane is indexed (y, x); a stack is indexed (n, y, x) where n is the
+//     tile, z-plane or frame index.
+//   - Memory is row-major with x fastest: pixel (y, x) of a plane is Pix[y*W+x];
+//     pixel (n, y, x) of a stack is Pix[(n*H+y)*W+x].
+//   - Gray16 holds raw detector counts (0..65535). Float32 holds either counts
+//     or intensities normalised to [0, 1] by 65535; each API states which.
+//
+// This package has no GPU dependency; GPU code depends on it, never the reverse.
+package raster
+
+import "fmt"
+
+// Gray16 is a uint16 plane in detector counts, row-major (y, x), x fastest.
+type Gray16 struct {
+	W, H int
+	Pix  []uint16
+}
+
+// NewGray16 allocates a zeroed W x H plane.
+func NewGray16(w, h int) *Gray16 {
+	if w <= 0 || h <= 0 {
+		panic(fmt.Sprintf("raster: invalid size %dx%d", w, h))
+	}
+	return &Gray16{W: w, H: h, Pix: make([]uint16, w*h)}
+}
+
+// At returns pixel (y, x).
+func (g *Gray16) At(y, x int) uint16 { return g.Pix[y*g.W+x] }
+
+// Float32 is a float32 plane, row-major (y, x), x fastest. Units are stated by
+// the API that produces or consumes it.
+type Float32 struct {
+	W, H int
+	Pix  []float32
+}
+
+// NewFloat32 allocates a zeroed W x H plane.
+func NewFloat32(w, h int) *Float32 {
+	if w <= 0 || h <= 0 {
+		panic(fmt.Sprintf("raster: invalid size %dx%d", w, h))
+	}
+	return &Float32{W: w, H: h, Pix: make([]float32, w*h)}
+}
+
+// At returns pixel (y, x).
+func (f *Float32) At(y, x int) float32 { return f.Pix[y*f.W+x] }
+
+// Stack is a float32 stack of N planes of W x H, indexed (n, y, x), x fastest.
+type Stack struct {
+	N, H, W int
+	Pix     []float32
+}
+
+// NewStack allocates a zeroed stack of n planes of w x h.
+func NewStack(n, h, w int) *Stack {
+	if n <= 0 || w <= 0 || h <= 0 {
+		panic(fmt.Sprintf("raster: invalid stack size %dx%dx%d", n, h, w))
+	}
+	return &Stack{N: n, H: h, W: w, Pix: make([]float32, n*h*w)}
+}
+
+// Plane returns plane i as a slice that aliases the stack's memory.
+func (s *Stack) Plane(i int) []float32 {
+	sz := s.H * s.W
+	return s.Pix[i*sz : (i+1)*sz]
+}
+
+// Normalize16 converts counts to intensities in [0, 1] (count / 65535), writing
+// into dst (allocated when nil) and returning it.
+func Normalize16(dst []float32, src []uint16) []float32 {
+	if dst == nil {
+		dst = make([]float32, len(src))
+	}
+	const inv = 1.0 / 65535.0
+	for i, v := range src {
+		dst[i] = float32(v) * inv
+	}
+	return dst
+}
+
+// Quantize16 converts intensities in [0, 1] back to counts, clipping to
+// [0, 65535] and rounding to nearest (the original truncated; rounding removes
+// its systematic -0.5 count bias).
+func Quantize16(dst []uint16, src []float32) []uint16 {
+	if dst == nil {
+		dst = make([]uint16, len(src))
+	}
+	for i, v := range src {
+		c := float64(v)*65535 + 0.5
+		switch {
+		case !(c > 0): // also catches NaN
+			dst[i] = 0
+		case c >= 65535:
+			dst[i] = 65535
+		default:
+			dst[i] = uint16(c)
+		}
+	}
+	return dst
+}
+
+// Point is a position in pixels, (Y, X) with +Y down and +X right. Tile
+// positions are the mosaic coordinates of a tile's pixel (0, 0).
+type Point struct {
+	Y, X float64
+}
