@@ -1,0 +1,39 @@
+# Build and test targets. `make` builds every executable into bin/ as a static
+# binary (CGO_ENABLED=0): copied onto a cluster node it runs with nothing else
+# installed. The CUDA build (`make gpu`) lives in mk/cuda.mk.
+GO        ?= go
+BIN       ?= bin
+CMDS      := wrappers/stitch cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi-accuracy
+LDFLAGS   := -s -w
+export CGO_ENABLED ?= 0
+
+.PHONY: all build test unit e2e vet example clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	@for d in $(CMDS); do \
+	  name=$$(basename $$d); [ "$$d" = wrappers/stitch ] && name=kintsugi-stitch; \
+	  [ -d $$d ] || continue; \
+	  echo "go build -o $(BIN)/$$name ./$$d"; \
+	  $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$name ./$$d || exit 1; \
+	done
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 ./...
+
+# The README's test command: unit tests, then the end-to-end test on the real
+# local SLURM cluster (scripts/slurm-up.sh must have started it).
+test: build vet unit e2e
+
+e2e: build
+	tests/e2e/run.sh
+
+clean:
+	rm -rf $(BIN)
+
+-include mk/cuda.mk

@@ -1,0 +1,213 @@
+// Package cliutil holds what every executable of the project shares: logging
+// (log/slog with tint on a terminal, JSON for machines), the worker count
+// (from SLURM's cpus_per_task), the device choice (gpu|cpu, never a silent
+// fallback), signal handling and the mapping from errors to exit codes.
+package cliutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+)
+
+// Exit codes shared by every executable; ExitCodesHelp lists them for help texts.
+const (
+	ExitOK      = 0 // success
+	ExitFailure = 1 // processing failed (I/O, numerical, GPU error)
+	ExitUsage   = 2 // bad flags, bad config or bad input data
+	ExitSignal  = 3 // interrupted by SIGINT/SIGTERM (SLURM time limit)
+)
+
+// ExitCodesHelp is appended to every command's description.
+const ExitCodesHelp = `EXIT CODES:
+   0  success
+   1  processing failed (I/O, numerical or GPU error)
+   2  bad flags, bad configuration or bad input data (the message names the key or file)
+   3  interrupted by SIGINT/SIGTERM (e.g. SLURM time limit); no partial output is left`
+
+// UsageError marks an error caused by the user's input (flags, config, data);
+// it maps to ExitUsage.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef returns a UsageError with a formatted message.
+func Usagef(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// AsUsage wraps err as a UsageError (nil stays nil).
+func AsUsage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UsageError{Err: err}
+}
+
+// ExitCode maps an error to the process exit code.
+func ExitCode(err error) int {
+	var ue *UsageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, context.Canceled):
+		return ExitSignal
+	case errors.As(err, &ue):
+		return ExitUsage
+	default:
+		return ExitFailure
+	}
+}
+
+// LoggingFlags are the flags every command has.
+func LoggingFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "log-format", Value: "auto", Usage: "log format: auto (colour on a terminal, plain text otherwise), text or json", EnvVars: []string{"KINTSUGI_LOG_FORMAT"}},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error", EnvVars: []string{"KINTSUGI_LOG_LEVEL"}},
+	}
+}
+
+// NewLogger builds the logger for format (auto|text|json) and level, writing
+// to w. Colour is used only when format is auto and w is a terminal.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, Usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})), nil
+	case "auto", "text":
+		color := false
+		if f, ok := w.(*os.File); ok && format == "auto" {
+			color = term.IsTerminal(int(f.Fd()))
+		}
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lv, NoColor: !color, TimeFormat: time.DateTime})), nil
+	default:
+		return nil, Usagef("--log-format %q: want auto, text or json", format)
+	}
+}
+
+// SetupLogging installs the logger chosen by the command's flags as the
+// default slog logger (stderr) and returns it.
+func SetupLogging(c *cli.Context) (*slog.Logger, error) {
+	lg, err := NewLogger(os.Stderr, c.String("log-format"), c.String("log-level"))
+	if err != nil {
+		return nil, err
+	}
+	slog.SetDefault(lg)
+	return lg, nil
+}
+
+// WorkersFlag is the --workers flag (0: from the environment).
+func WorkersFlag() cli.Flag {
+	return &cli.IntFlag{Name: "workers", Usage: "worker goroutines (0: SLURM_CPUS_PER_TASK, then cpus_per_task, then the number of CPUs)"}
+}
+
+// Workers decides the worker-pool size. Order: flag (> 0), the environment
+// variable SLURM_CPUS_PER_TASK (set by SLURM from cpus_per_task), then
+// cpus_per_task (exported by the Snakefile outside SLURM), then
+// runtime.NumCPU(). A malformed or non-positive environment value is an error
+// naming the variable, never a silent default. It returns the count and
+// where it came from.
+func Workers(flag int, getenv func(string) string) (int, string, error) {
+	if flag < 0 {
+		return 0, "", Usagef("--workers %d: must be >= 0", flag)
+	}
+	if flag > 0 {
+		return flag, "--workers", nil
+	}
+	for _, name := range []string{"SLURM_CPUS_PER_TASK", "cpus_per_task"} {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return 0, "", Usagef("environment variable %s=%q: want a positive integer", name, v)
+		}
+		return n, name, nil
+	}
+	return runtime.NumCPU(), "runtime.NumCPU", nil
+}
+
+// Device is the compute device a command runs on.
+type Device string
+
+const (
+	DeviceGPU Device = "gpu"
+	DeviceCPU Device = "cpu"
+)
+
+// DeviceFlag is the --device flag; the default is gpu.
+func DeviceFlag() cli.Flag {
+	return &cli.StringFlag{Name: "device", Value: string(DeviceGPU), EnvVars: []string{"KINTSUGI_DEVICE_MODE"},
+		Usage: "compute device: gpu (default; fails if no usable GPU) or cpu (reference path, only when asked for)"}
+}
+
+// ParseDevice validates a --device value.
+func ParseDevice(s string) (Device, error) {
+	switch Device(strings.ToLower(strings.TrimSpace(s))) {
+	case DeviceGPU:
+		return DeviceGPU, nil
+	case DeviceCPU:
+		return DeviceCPU, nil
+	}
+	return "", Usagef("--device %q (or KINTSUGI_DEVICE_MODE): want gpu or cpu", s)
+}
+
+// SignalContext returns a context cancelled on SIGINT or SIGTERM (SLURM sends
+// SIGTERM at the time limit).
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// Main runs app and exits with the code ExitCode maps its error to, logging
+// the error first.
+func Main(app *cli.App) {
+	if lg, err := NewLogger(os.Stderr, "auto", "info"); err == nil {
+		slog.SetDefault(lg) // until the command's own flags are parsed
+	}
+	ctx, stop := SignalContext()
+	err := app.RunContext(ctx, os.Args)
+	interrupted := ctx.Err() != nil
+	stop()
+	if err != nil {
+		if interrupted && !errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w (interrupted: %w)", err, context.Canceled)
+		}
+		slog.Error("failed", "err", err.Error(), "exit", ExitCode(err))
+	}
+	os.Exit(ExitCode(err))
+}
+
+// NewApp builds a urfave/cli app with the project's conventions: the logging
+// flags, exit codes in the description, and flag errors mapped to ExitUsage.
+func NewApp(name, usage, description string, flags []cli.Flag, action cli.ActionFunc) *cli.App {
+	return &cli.App{
+		Name:            name,
+		Usage:           usage,
+		Description:     strings.TrimSpace(description) + "\n\n" + ExitCodesHelp,
+		Flags:           append(flags, LoggingFlags()...),
+		Action:          action,
+		HideHelpCommand: true,
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return AsUsage(err)
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // Main decides the exit code
+	}
+}

@@ -1,0 +1,397 @@
+// Package config loads and validates the pipeline's config.yaml: the keys of
+// the original KINTSUGI workflow config (see schema/config.schema.json, which
+// the Snakefile validates against too) plus this project's additions.
+//
+// Units: xy_pixel_size and z_step_size in nm, wavelengths in nm, tile_overlap a
+// fraction in (0, 1), pou in percent of the tile size, blend_sigma in px,
+// mem_* in MB, time_* in minutes.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+	"gopkg.in/yaml.v3"
+)
+
+//go:embed schema/config.schema.json
+var schemaJSON []byte
+
+// SchemaJSON returns the JSON schema every config must satisfy.
+func SchemaJSON() []byte { return bytes.Clone(schemaJSON) }
+
+// Account is one SLURM account of resources.accounts.
+type Account struct {
+	Name         string `json:"name"`
+	GPUSlots     int    `json:"gpu_slots"`
+	CPUSlots     int    `json:"cpu_slots,omitempty"`
+	PartitionGPU string `json:"partition_gpu,omitempty"`
+	PartitionCPU string `json:"partition_cpu,omitempty"`
+}
+
+// LiveAccount is live availability of one account (config key live_accounts).
+type LiveAccount struct {
+	Name       string   `json:"name"`
+	GPUAvail   *int     `json:"gpu_avail,omitempty"`
+	CPUAvail   *int     `json:"cpu_avail,omitempty"`
+	MemAvailGB *float64 `json:"mem_avail_gb,omitempty"`
+}
+
+// Resources is the resources section (only the keys the Go side uses are
+// typed; the schema checks all of them).
+type Resources struct {
+	Accounts     []Account `json:"accounts"`
+	AccountGPU   string    `json:"account_gpu"`
+	PartitionGPU string    `json:"partition_gpu"`
+	AccountCPU   string    `json:"account_cpu"`
+	PartitionCPU string    `json:"partition_cpu"`
+	Account      string    `json:"account"`
+	GPUSlots     int       `json:"gpu_slots"`
+	CPUsStitch   int       `json:"cpus_stitch"`
+}
+
+// Config is a validated config.yaml.
+type Config struct {
+	Path                       string               `json:"-"`
+	ProjectDir                 string               `json:"project_dir"`
+	KintsugiDir                string               `json:"kintsugi_dir"`
+	Device                     string               `json:"device"`
+	Cycles                     []int                `json:"cycles"`
+	Channels                   []int                `json:"channels"`
+	ChannelNames               map[string][]string  `json:"channel_names"`
+	TileRows                   int                  `json:"tile_rows"`
+	TileCols                   int                  `json:"tile_cols"`
+	TileOverlap                float64              `json:"tile_overlap"`
+	XYPixelSize                float64              `json:"xy_pixel_size"`
+	ZStepSize                  float64              `json:"z_step_size"`
+	NumericalAperture          float64              `json:"numerical_aperture"`
+	TissueRefractiveIndex      float64              `json:"tissue_refractive_index"`
+	Wavelengths                map[string][]float64 `json:"wavelengths"`
+	NZPlanes                   int                  `json:"n_zplanes"`
+	NCCThreshold               float64              `json:"ncc_threshold"`
+	POU                        float64              `json:"pou"`
+	BlendSigma                 float64              `json:"blend_sigma"`
+	BasicFlatfieldMin          float64              `json:"basic_flatfield_min"`
+	BasicMaxIterations         int                  `json:"basic_max_iterations"`
+	BasicOptimizationTolerance float64              `json:"basic_optimization_tolerance"`
+	BasicMaxReweight           int                  `json:"basic_max_reweight_iterations"`
+	BasicReweightTolerance     float64              `json:"basic_reweight_tolerance"`
+	BasicDarkfield             bool                 `json:"basic_darkfield"`
+	LiveAccounts               []LiveAccount        `json:"-"`
+	Resources                  Resources            `json:"resources"`
+}
+
+// Defaults for optional keys (the original's values).
+const (
+	DefaultBlendSigma   = 15.0
+	DefaultFlatfieldMin = 0.1
+	DefaultCPUsStitch   = 4
+	DefaultPartitionGPU = "hpg-b200,hpg-turin"
+	DefaultPartitionCPU = "hpg-default"
+)
+
+// Error is a configuration error; it names the file and the key.
+type Error struct {
+	File string
+	Key  string // dotted path, e.g. resources.accounts[0].gpu_slots; "" for the whole file
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("config %s: %s", e.File, e.Msg)
+	}
+	return fmt.Sprintf("config %s: key %s: %s", e.File, e.Key, e.Msg)
+}
+
+// Errors is a list of configuration errors, all reported at once.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Load reads, validates and decodes a config file.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse validates and decodes config data; path is used in messages only.
+func Parse(path string, data []byte) (*Config, error) {
+	var raw any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
+	}
+	if raw == nil {
+		return nil, &Error{File: path, Msg: "empty file; see the documented example config.yaml"}
+	}
+	inst, err := jsonLike(raw, "")
+	if err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
+	if errs := validateSchema(path, inst); len(errs) > 0 {
+		return nil, errs
+	}
+	buf, err := json.Marshal(inst)
+	if err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
+	cfg := &Config{Path: path, Device: "gpu", BlendSigma: DefaultBlendSigma, BasicFlatfieldMin: DefaultFlatfieldMin,
+		BasicMaxIterations: 500, BasicOptimizationTolerance: 1e-6, BasicMaxReweight: 25, BasicReweightTolerance: 1e-3,
+		BasicDarkfield: true}
+	if err := json.Unmarshal(buf, cfg); err != nil {
+		return nil, &Error{File: path, Msg: "decode: " + err.Error()}
+	}
+	if m, ok := inst.(map[string]any); ok {
+		if la, ok := m["live_accounts"]; ok {
+			if cfg.LiveAccounts, err = parseLive(la); err != nil {
+				return nil, &Error{File: path, Key: "live_accounts", Msg: err.Error() + `; want a list of {name, gpu_avail, cpu_avail, mem_avail_gb} or that list as a JSON string`}
+			}
+		}
+	}
+	if cfg.Resources.CPUsStitch == 0 {
+		cfg.Resources.CPUsStitch = DefaultCPUsStitch
+	}
+	for i := range cfg.Resources.Accounts {
+		a := &cfg.Resources.Accounts[i]
+		if a.PartitionGPU == "" {
+			a.PartitionGPU = DefaultPartitionGPU
+		}
+		if a.PartitionCPU == "" {
+			a.PartitionCPU = DefaultPartitionCPU
+		}
+	}
+	if errs := cfg.check(); len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+// check holds the rules a JSON schema cannot express.
+func (c *Config) check() Errors {
+	var errs Errors
+	add := func(key, format string, args ...any) {
+		errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	for k, names := range c.ChannelNames {
+		n, err := strconv.Atoi(k)
+		if err != nil || n < 1 {
+			add("channel_names."+k, "cycle key %q: want a cycle number", k)
+			continue
+		}
+		if len(names) != 0 && len(names) != len(c.Channels) {
+			add("channel_names."+k, "%d names for %d channels: want one name per channel", len(names), len(c.Channels))
+		}
+	}
+	for k := range c.Wavelengths {
+		if n, err := strconv.Atoi(k); err != nil || n < 1 {
+			add("wavelengths."+k, "channel key %q: want a channel number", k)
+		}
+	}
+	seen := map[string]bool{}
+	for i, a := range c.Resources.Accounts {
+		key := fmt.Sprintf("resources.accounts[%d].name", i)
+		if seen[a.Name] {
+			add(key, "account %q listed twice", a.Name)
+		}
+		seen[a.Name] = true
+	}
+	return errs
+}
+
+// validateSchema checks inst against the embedded schema and turns every
+// violation into an Error naming the key.
+func validateSchema(path string, inst any) Errors {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaJSON))
+	if err != nil {
+		panic("config: embedded schema: " + err.Error())
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource("config.schema.json", doc); err != nil {
+		panic("config: embedded schema: " + err.Error())
+	}
+	sch, err := comp.Compile("config.schema.json")
+	if err != nil {
+		panic("config: embedded schema: " + err.Error())
+	}
+	err = sch.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	ve, ok := err.(*jsonschema.ValidationError)
+	if !ok {
+		return Errors{{File: path, Msg: err.Error()}}
+	}
+	var errs Errors
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			msg := describe(e)
+			if d := schemaDescription(doc, e.InstanceLocation); d != "" && len(e.InstanceLocation) > 0 {
+				msg += " (expected: " + d + ")"
+			}
+			errs = append(errs, &Error{File: path, Key: keyPath(e.InstanceLocation), Msg: msg})
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Key < errs[j].Key })
+	return errs
+}
+
+var printer = message.NewPrinter(language.English)
+
+// describe renders one schema violation with the expected form.
+func describe(e *jsonschema.ValidationError) string {
+	msg := e.ErrorKind.LocalizedString(printer)
+	if strings.HasPrefix(msg, "missing propert") {
+		return msg + " (required keys: see config.yaml)"
+	}
+	return msg
+}
+
+// schemaDescription finds the schema's description of the value at loc
+// (following properties, items, additionalProperties and local $refs).
+func schemaDescription(doc any, loc []string) string {
+	root, _ := doc.(map[string]any)
+	cur := root
+	for _, p := range loc {
+		if cur == nil {
+			return ""
+		}
+		if ref, ok := cur["$ref"].(string); ok && strings.HasPrefix(ref, "#/definitions/") {
+			defs, _ := root["definitions"].(map[string]any)
+			cur, _ = defs[strings.TrimPrefix(ref, "#/definitions/")].(map[string]any)
+		}
+		if props, ok := cur["properties"].(map[string]any); ok && props[p] != nil {
+			cur, _ = props[p].(map[string]any)
+		} else if items, ok := cur["items"].(map[string]any); ok {
+			cur = items
+		} else if ap, ok := cur["additionalProperties"].(map[string]any); ok {
+			cur = ap
+		} else {
+			return ""
+		}
+	}
+	if cur == nil {
+		return ""
+	}
+	d, _ := cur["description"].(string)
+	return d
+}
+
+// keyPath renders an instance location as a dotted key path.
+func keyPath(loc []string) string {
+	var b strings.Builder
+	for _, p := range loc {
+		if _, err := strconv.Atoi(p); err == nil && b.Len() > 0 {
+			fmt.Fprintf(&b, "[%s]", p)
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(p)
+	}
+	if b.Len() == 0 {
+		return "(top level)"
+	}
+	return b.String()
+}
+
+// jsonLike converts a YAML value to the JSON data model: map keys become
+// strings (channel_names uses integer keys), integers become int64 or float64.
+func jsonLike(v any, at string) (any, error) {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			c, err := jsonLike(x, at+"."+k)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = c
+		}
+		return out, nil
+	case map[any]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			ks := fmt.Sprint(k)
+			c, err := jsonLike(x, at+"."+ks)
+			if err != nil {
+				return nil, err
+			}
+			out[ks] = c
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			c, err := jsonLike(x, fmt.Sprintf("%s[%d]", at, i))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return out, nil
+	case int:
+		return int64(t), nil
+	case uint64:
+		return float64(t), nil
+	case nil, bool, string, int64, float64:
+		return t, nil
+	default:
+		return nil, fmt.Errorf("key %s: unsupported YAML value %v (%T)", strings.TrimPrefix(at, "."), v, v)
+	}
+}
+
+// parseLive accepts live_accounts as a list or a JSON string of a list.
+func parseLive(v any) ([]LiveAccount, error) {
+	var buf []byte
+	if s, ok := v.(string); ok {
+		buf = []byte(s)
+	} else {
+		var err error
+		if buf, err = json.Marshal(v); err != nil {
+			return nil, err
+		}
+	}
+	var out []LiveAccount
+	dec := json.NewDecoder(bytes.NewReader(buf))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		return nil, fmt.Errorf("invalid live account data: %v", err)
+	}
+	for i, la := range out {
+		if la.Name == "" {
+			return nil, fmt.Errorf("entry %d has no name", i)
+		}
+	}
+	return out, nil
+}
+
+// CycleName formats a cycle number as the original's two-digit name (cyc01).
+func CycleName(c int) string { return fmt.Sprintf("cyc%02d", c) }
+
+// ParseLiveAccounts parses live availability given as a JSON list.
+func ParseLiveAccounts(s string) ([]LiveAccount, error) { return parseLive(s) }
