@@ -1,0 +1,407 @@
+// Package stitch runs the stitch stage of one cycle: for every channel x
+// z-plane a fresh BaSiC fit (never cached across planes or channels), the
+// correction of every tile, the tile alignment (once per cycle, on the first
+// channel at the middle z-plane) and the sigmoid blending, written in the
+// original's layout:
+//
+//	data/processed/stitched/cycNN/CH{c}/{z:02d}.tif            uint16 mosaic
+//	data/processed/stitched/cycNN/CH{c}/basic/{z:02d}_flatfield.tif  float32, mean 1
+//	data/processed/stitched/cycNN/CH{c}/basic/{z:02d}_darkfield.tif  float32, counts
+//	data/processed/stitched/cycNN/tile_positions.csv            tile,row,col,y_pos,x_pos (px)
+//	data/processed/stitched/cycNN/.snakemake_complete           sentinel (key=value)
+//
+// Everything is written into a staging directory beside cycNN and renamed into
+// place when the whole cycle succeeded, so a failure leaves no partial output.
+package stitch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// Options configure one run of the stage.
+type Options struct {
+	Config  *config.Config
+	Cycle   int
+	Engine  Engine
+	Workers int // goroutines for I/O and CPU work
+	// Batch is how many planes are read and fitted together (GPU engines
+	// batch their fits); 0 means Workers.
+	Batch  int
+	Logger *slog.Logger
+}
+
+// Timings are the wall-clock seconds spent per step (steps overlap: reading
+// runs ahead of compute and writing behind it).
+type Timings struct {
+	Read, Fit, Align, CorrectBlend, Write, Total float64
+}
+
+// Result describes a finished cycle.
+type Result struct {
+	OutDir    string
+	Positions []raster.Point
+	Planes    int
+	Timings   Timings
+}
+
+type plane struct{ ch, z int }
+
+// Params derived from the config.
+func basicParams(c *config.Config) basic.Params {
+	p := basic.Production()
+	p.MaxIterations = c.BasicMaxIterations
+	p.OptimizationTol = c.BasicOptimizationTolerance
+	p.MaxReweightIterations = c.BasicMaxReweight
+	p.ReweightTol = c.BasicReweightTolerance
+	p.Darkfield = c.BasicDarkfield
+	return p
+}
+
+// OutDir is the stage's output directory of a cycle.
+func OutDir(project string, cycle int) string {
+	return filepath.Join(project, "data", "processed", "stitched", config.CycleName(cycle))
+}
+
+// Run stitches one cycle.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	start := time.Now()
+	cfg, lg := o.Config, o.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	workers := max(1, o.Workers)
+	batch := o.Batch
+	if batch <= 0 {
+		batch = workers
+	}
+	cyc, err := dataset.Discover(ctx, cfg.ProjectDir, o.Cycle, dataset.Options{
+		Rows: cfg.TileRows, Cols: cfg.TileCols, Channels: cfg.Channels, NZPlanes: cfg.NZPlanes, Workers: workers})
+	if err != nil {
+		return nil, err
+	}
+	lg.Info("cycle found", "cycle", o.Cycle, "dir", cyc.Dir, "tiles", cyc.Tiles(), "grid", fmt.Sprintf("%dx%d", cyc.Rows, cyc.Cols),
+		"tile_px", fmt.Sprintf("%dx%d", cyc.W, cyc.H), "z", len(cyc.Z), "channels", cyc.Channels, "engine", o.Engine.Name())
+
+	final := OutDir(cfg.ProjectDir, o.Cycle)
+	stage, err := newStaging(final)
+	if err != nil {
+		return nil, err
+	}
+	defer stage.abort()
+
+	// Reference plane: first channel (DAPI) at the middle z-plane, 1-based
+	// n//2 as in the original (20 planes -> Z10).
+	ref := plane{cyc.Channels[0], cyc.Z[max(1, len(cyc.Z)/2)-1]}
+	bp := basicParams(cfg)
+	var tm Timings
+	t0 := time.Now()
+	refTiles, err := cyc.ReadPlane(ctx, ref.z, ref.ch, workers)
+	if err != nil {
+		return nil, err
+	}
+	tm.Read += since(t0)
+	t0 = time.Now()
+	refProf, err := o.Engine.Fit(ctx, [][]*raster.Gray16{refTiles}, bp)
+	if err != nil {
+		return nil, fmt.Errorf("cycle %d CH%d Z%d: basic fit: %w", o.Cycle, ref.ch, ref.z, err)
+	}
+	tm.Fit += since(t0)
+	t0 = time.Now()
+	pos, err := alignTiles(ctx, o, cyc, refTiles, &refProf[0], workers)
+	if err != nil {
+		return nil, err
+	}
+	tm.Align = since(t0)
+	lg.Info("tiles aligned", "cycle", o.Cycle, "ref_channel", ref.ch, "ref_z", ref.z, "seconds", fmt.Sprintf("%.2f", tm.Align))
+	if err := writePositions(filepath.Join(stage.dir, "tile_positions.csv"), cyc, pos); err != nil {
+		return nil, err
+	}
+
+	var planes []plane
+	for _, ch := range cyc.Channels {
+		for _, z := range cyc.Z {
+			planes = append(planes, plane{ch, z})
+		}
+	}
+	w := newWriter(ctx, workers)
+	blendP := blend.Params{Sigma: cfg.BlendSigma, OverlapY: cfg.TileOverlap, OverlapX: cfg.TileOverlap}
+	flatMin := float32(cfg.BasicFlatfieldMin)
+
+	// Read batches ahead of compute (double buffering).
+	type batchData struct {
+		planes []plane
+		tiles  [][]*raster.Gray16
+		err    error
+	}
+	batches := make(chan batchData, 1)
+	readCtx, cancelRead := context.WithCancel(ctx)
+	defer cancelRead()
+	var readSecs float64
+	go func() {
+		defer close(batches)
+		for i := 0; i < len(planes); i += batch {
+			b := batchData{planes: planes[i:min(i+batch, len(planes))]}
+			t0 := time.Now()
+			for _, pl := range b.planes {
+				if pl == ref {
+					b.tiles = append(b.tiles, refTiles)
+					continue
+				}
+				tiles, err := cyc.ReadPlane(readCtx, pl.z, pl.ch, workers)
+				if err != nil {
+					b.err = err
+					break
+				}
+				b.tiles = append(b.tiles, tiles)
+			}
+			readSecs += since(t0)
+			select {
+			case batches <- b:
+			case <-readCtx.Done():
+				return
+			}
+			if b.err != nil {
+				return
+			}
+		}
+	}()
+
+	done := 0
+	for b := range batches {
+		if b.err != nil {
+			return nil, b.err
+		}
+		// Fit every plane of the batch except the reference, already fitted.
+		var fitPlanes [][]*raster.Gray16
+		for i, pl := range b.planes {
+			if pl != ref {
+				fitPlanes = append(fitPlanes, b.tiles[i])
+			}
+		}
+		t0 := time.Now()
+		var profs []basic.Profile
+		if len(fitPlanes) > 0 {
+			if profs, err = o.Engine.Fit(ctx, fitPlanes, bp); err != nil {
+				return nil, fmt.Errorf("cycle %d: basic fit of %v: %w", o.Cycle, b.planes, err)
+			}
+		}
+		tm.Fit += since(t0)
+		k := 0
+		for i, pl := range b.planes {
+			prof := &refProf[0]
+			if pl != ref {
+				prof = &profs[k]
+				k++
+			}
+			t0 := time.Now()
+			mosaic, err := o.Engine.CorrectAndBlend(ctx, b.tiles[i], prof, flatMin, pos, blendP)
+			if err != nil {
+				return nil, fmt.Errorf("cycle %d CH%d Z%d: correct and blend: %w", o.Cycle, pl.ch, pl.z, err)
+			}
+			tm.CorrectBlend += since(t0)
+			chDir := filepath.Join(stage.dir, fmt.Sprintf("CH%d", pl.ch))
+			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic)
+			w.profile(filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
+			if err := w.err(); err != nil {
+				return nil, err
+			}
+			done++
+			lg.Debug("plane done", "cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "done", done, "of", len(planes))
+		}
+		lg.Info("progress", "cycle", o.Cycle, "planes", fmt.Sprintf("%d/%d", done, len(planes)), "elapsed_s", fmt.Sprintf("%.1f", since(start)))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := w.wait(); err != nil {
+		return nil, err
+	}
+	tm.Read += readSecs
+	tm.Write = w.seconds()
+	tm.Total = since(start)
+	if err := writeSentinel(filepath.Join(stage.dir, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm); err != nil {
+		return nil, err
+	}
+	if err := stage.commit(); err != nil {
+		return nil, err
+	}
+	lg.Info("cycle stitched", "cycle", o.Cycle, "out", final, "planes", len(planes),
+		"read_s", f2(tm.Read), "fit_s", f2(tm.Fit), "align_s", f2(tm.Align), "correct_blend_s", f2(tm.CorrectBlend), "write_s", f2(tm.Write), "total_s", f2(tm.Total))
+	return &Result{OutDir: final, Positions: pos, Planes: len(planes), Timings: tm}, nil
+}
+
+// alignTiles corrects the reference plane on the CPU and aligns its tiles.
+func alignTiles(ctx context.Context, o Options, cyc *dataset.Cycle, tiles []*raster.Gray16, prof *basic.Profile, workers int) ([]raster.Point, error) {
+	corr, err := Correct(ctx, tiles, prof, float32(o.Config.BasicFlatfieldMin), workers)
+	if err != nil {
+		return nil, err
+	}
+	grid := make([]align.GridPos, len(tiles))
+	for k := range tiles {
+		grid[k].Row, grid[k].Col = dataset.Grid(k, cyc.Cols)
+	}
+	res, err := align.Align(ctx, o.Engine.Translator(), corr, cyc.Rows, cyc.Cols, grid, align.Params{
+		Overlap: o.Config.TileOverlap, NCCThreshold: o.Config.NCCThreshold, POU: o.Config.POU, Subpixel: true})
+	if err != nil {
+		return nil, fmt.Errorf("cycle %d: align tiles: %w", o.Cycle, err)
+	}
+	return res.Positions, nil
+}
+
+func since(t time.Time) float64 { return time.Since(t).Seconds() }
+func f2(v float64) string       { return fmt.Sprintf("%.2f", v) }
+
+// staging is the directory a cycle is written into before it is renamed to
+// its final name.
+type staging struct {
+	dir, final string
+	done       bool
+}
+
+func newStaging(final string) (*staging, error) {
+	parent := filepath.Dir(final)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("output directory %s: %w", parent, err)
+	}
+	dir, err := os.MkdirTemp(parent, "."+filepath.Base(final)+".partial-")
+	if err != nil {
+		return nil, fmt.Errorf("output directory %s: %w", parent, err)
+	}
+	return &staging{dir: dir, final: final}, nil
+}
+
+// commit moves the staging directory into place, replacing an earlier
+// output (Snakemake creates the empty final directory before the job).
+func (s *staging) commit() error {
+	old := ""
+	if _, err := os.Stat(s.final); err == nil {
+		old = s.dir + ".old"
+		if err := os.Rename(s.final, old); err != nil {
+			return fmt.Errorf("replace %s: %w", s.final, err)
+		}
+	}
+	if err := os.Rename(s.dir, s.final); err != nil {
+		if old != "" {
+			os.Rename(old, s.final)
+		}
+		return fmt.Errorf("move %s into place: %w", s.final, err)
+	}
+	s.done = true
+	if old != "" {
+		os.RemoveAll(old)
+	}
+	if d, err := os.Open(filepath.Dir(s.final)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func (s *staging) abort() {
+	if !s.done {
+		os.RemoveAll(s.dir)
+	}
+}
+
+// sentinel lines in the original's key=value form.
+func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings) error {
+	chs := make([]string, len(cyc.Channels))
+	for i, c := range cyc.Channels {
+		chs[i] = fmt.Sprint(c)
+	}
+	text := strings.Join([]string{
+		"stage=stitch",
+		fmt.Sprintf("cycle=%d", o.Cycle),
+		"completed=" + time.Now().UTC().Format(time.RFC3339),
+		"channels=" + strings.Join(chs, ","),
+		fmt.Sprintf("zplanes=%d", len(cyc.Z)),
+		"skipped=",
+		fmt.Sprintf("duration_minutes=%.2f", tm.Total/60),
+		"engine=" + engine,
+		fmt.Sprintf("workers=%d", o.Workers),
+	}, "\n") + "\n"
+	return writeText(path, text)
+}
+
+var errWriterFailed = errors.New("output writer failed")
+
+// writer writes planes and profiles on background goroutines so that TIFF
+// encoding overlaps compute; at most `slots` writes are queued.
+type writer struct {
+	wg    sync.WaitGroup
+	sem   chan struct{}
+	mu    sync.Mutex
+	first error
+	secs  float64
+}
+
+func newWriter(_ context.Context, slots int) *writer {
+	return &writer{sem: make(chan struct{}, max(2, slots))}
+}
+
+func (w *writer) do(fn func() error) {
+	w.sem <- struct{}{}
+	w.wg.Add(1)
+	go func() {
+		defer func() { <-w.sem; w.wg.Done() }()
+		t0 := time.Now()
+		err := fn()
+		w.mu.Lock()
+		w.secs += since(t0)
+		if err != nil && w.first == nil {
+			w.first = err
+		}
+		w.mu.Unlock()
+	}()
+}
+
+func (w *writer) plane(path string, img *raster.Gray16) {
+	w.do(func() error { return writeGray16(path, img) })
+}
+
+// profile writes the flatfield (mean 1) and the darkfield in counts.
+func (w *writer) profile(prefix string, p *basic.Profile) {
+	flat := &raster.Float32{W: p.W, H: p.H, Pix: p.Flatfield}
+	dark := &raster.Float32{W: p.W, H: p.H, Pix: make([]float32, len(p.Darkfield))}
+	for i, v := range p.Darkfield {
+		dark.Pix[i] = v * 65535
+	}
+	w.do(func() error {
+		if err := writeFloat32(prefix+"_flatfield.tif", flat); err != nil {
+			return err
+		}
+		return writeFloat32(prefix+"_darkfield.tif", dark)
+	})
+}
+
+func (w *writer) err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.first
+}
+
+func (w *writer) wait() error {
+	w.wg.Wait()
+	return w.err()
+}
+
+func (w *writer) seconds() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.secs
+}
