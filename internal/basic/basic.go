@@ -11,6 +11,8 @@ package basic
 
 import (
 	"context"
+	"fmt"
+	"math"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
@@ -63,4 +65,28 @@ type Profile struct {
 // in basictest. They honour ctx cancellation between iterations.
 type Fitter interface {
 	Fit(ctx context.Context, stacks []*raster.Stack, p Params) ([]Profile, error)
+}
+
+// Validate reports the first invalid setting, naming its field.
+func (p Params) Validate() error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case p.WorkingSize < 8 || p.WorkingSize > 4096:
+		return fmt.Errorf("basic: WorkingSize %d out of range [8, 4096]", p.WorkingSize)
+	case p.MaxIterations < 1:
+		return fmt.Errorf("basic: MaxIterations %d must be at least 1", p.MaxIterations)
+	case !(p.OptimizationTol > 0) || !finite(p.OptimizationTol):
+		return fmt.Errorf("basic: OptimizationTol %g must be positive and finite", p.OptimizationTol)
+	case p.MaxReweightIterations < 1:
+		return fmt.Errorf("basic: MaxReweightIterations %d must be at least 1", p.MaxReweightIterations)
+	case !(p.ReweightTol >= 0) || !finite(p.ReweightTol):
+		return fmt.Errorf("basic: ReweightTol %g must be non-negative and finite", p.ReweightTol)
+	case !(p.Epsilon > 0) || !finite(p.Epsilon):
+		return fmt.Errorf("basic: Epsilon %g must be positive and finite", p.Epsilon)
+	case !(p.LambdaFlat >= 0) || !finite(p.LambdaFlat):
+		return fmt.Errorf("basic: LambdaFlat %g must be non-negative and finite (0: automatic)", p.LambdaFlat)
+	case !(p.LambdaDark >= 0) || !finite(p.LambdaDark):
+		return fmt.Errorf("basic: LambdaDark %g must be non-negative and finite (0: automatic)", p.LambdaDark)
+	}
+	return nil
 }

@@ -105,12 +105,23 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // SetupLogging installs the logger chosen by the command's flags as the
 // default slog logger (stderr) and returns it.
 func SetupLogging(c *cli.Context) (*slog.Logger, error) {
-	lg, err := NewLogger(os.Stderr, c.String("log-format"), c.String("log-level"))
+	lg, err := NewLogger(os.Stderr, lookup(c, "log-format"), lookup(c, "log-level"))
 	if err != nil {
 		return nil, err
 	}
 	slog.SetDefault(lg)
 	return lg, nil
+}
+
+// lookup returns a string flag from the nearest command that set it, so a
+// flag works before or after a subcommand's name.
+func lookup(c *cli.Context, name string) string {
+	for _, x := range c.Lineage() {
+		if x.IsSet(name) {
+			return x.String(name)
+		}
+	}
+	return c.String(name)
 }
 
 // WorkersFlag is the --workers flag (0: from the environment).

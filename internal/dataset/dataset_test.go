@@ -93,9 +93,9 @@ func TestSnakeOrder(t *testing.T) {
 // naming the file or directory.
 func TestBadInput(t *testing.T) {
 	cases := []struct {
-		name  string
+		name   string
 		break_ func(dir string)
-		want  string
+		want   string
 	}{
 		{"missing cycle dir", func(dir string) { os.RemoveAll(dir) }, "no raw directory"},
 		{"missing tile", func(dir string) { os.Remove(filepath.Join(dir, "1_00004_Z002_CH2.tif")) }, "1_00004_Z002_CH2.tif"},
