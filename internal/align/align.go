@@ -3,8 +3,14 @@
 // normalised cross-correlation (NCC), outlier filtering with a stage model
 // (MIST), and a maximum spanning tree over NCC weights.
 //
-// Tiles are float32 planes (y, x), all of the same size. Positions are in
-// pixels, (Y, X), of each tile's pixel (0, 0), shifted so the minimum is 0.
+// Tiles are float32 planes (y, x), all of the same size, row-major with x
+// fastest (raster.Float32), in any intensity unit (NCC is invariant to gain
+// and offset). Positions are in pixels, (Y, X), of each tile's pixel (0, 0),
+// shifted so the minimum is 0. A translation is B's position minus A's, px.
+//
+// Implementations: CPU (cpu.go) and the CUDA translator in internal/gpu,
+// both held to the suite in aligntest; Align (mist.go) does the filtering
+// and placement on the host for either.
 package align
 
 import (

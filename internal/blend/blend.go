@@ -3,7 +3,10 @@
 // t_y(y)·t_x(x), t(d) = 1/(1+exp((d - L(1-ov)/2)/sigma)), d the distance from
 // the tile centre, and the mosaic is sum(tile·w)/sum(w).
 //
-// Tiles are float32 (y, x) in any intensity unit; the mosaic has the same unit.
+// Tiles are float32 (y, x), row-major with x fastest (raster.Float32), in
+// any intensity unit; the mosaic has the same unit. Pixels that no tile
+// covers are 0. Implementations: CPU (cpu.go) and the CUDA blender in
+// internal/gpu, both held to the suite in blendtest.
 package blend
 
 import (

@@ -39,8 +39,5 @@ func (g *GPUEngine) Fit(ctx context.Context, planes [][]*raster.Gray16, p basic.
 }
 
 func (g *GPUEngine) CorrectAndBlend(ctx context.Context, tiles []*raster.Gray16, prof *basic.Profile, flatMin float32, pos []raster.Point, bp blend.Params) (*raster.Gray16, error) {
-	if flatMin != 0.1 {
-		return nil, fmt.Errorf("the GPU engine applies basic_flatfield_min 0.1 only, config has %g", flatMin)
-	}
-	return g.e.CorrectAndBlend(ctx, tiles, prof, pos, bp)
+	return g.e.CorrectAndBlend(ctx, tiles, prof, flatMin, pos, bp)
 }

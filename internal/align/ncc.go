@@ -1,0 +1,252 @@
+package align
+
+import (
+	"math"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// NCC returns the normalised cross-correlation (Pearson correlation) of the
+// region where tiles a and b overlap when b is placed at integer translation
+// (dy, dx) from a, that is b(y, x) is compared with a(y+dy, x+dx). It is 0
+// when the overlap is empty or either side has zero variance.
+//
+// Fix of the original: m2stitch/Kstitch divide the mean-subtracted dot
+// product by the norms of the raw regions, ‖a‖·‖b‖, instead of the norms of
+// the mean-subtracted regions. That shrinks the score by std/rms of each
+// side, so it depends on the background offset and is not bounded by the
+// same ±1 for dim and bright tiles; the threshold (0.078) then means
+// different things for different channels. Here numerator and denominator
+// are both mean-subtracted.
+//
+// Sums are accumulated in float64 in one pass (Σa, Σb, Σa², Σb², Σab); with
+// float32 inputs of at most a few million pixels the cancellation in
+// Σa² − (Σa)²/n loses far less than float32 resolution.
+func NCC(a, b *raster.Float32, dy, dx int) float64 {
+	if a.W != b.W || a.H != b.H {
+		panic("align: NCC of tiles of different sizes")
+	}
+	h, w := a.H, a.W
+	y0, y1 := max(0, dy), min(h, h+dy)
+	x0, x1 := max(0, dx), min(w, w+dx)
+	if y1 <= y0 || x1 <= x0 {
+		return 0
+	}
+	var sa, sb, saa, sbb, sab float64
+	for y := y0; y < y1; y++ {
+		ra := a.Pix[y*w+x0 : y*w+x1]
+		ob := (y-dy)*w - dx
+		rb := b.Pix[ob+x0 : ob+x1]
+		rb = rb[:len(ra)]
+		// Two interleaved accumulator sets shorten the dependency chains.
+		var s0a, s0b, s0aa, s0bb, s0ab float64
+		var s1a, s1b, s1aa, s1bb, s1ab float64
+		i := 0
+		for ; i+1 < len(ra); i += 2 {
+			va, vb := float64(ra[i]), float64(rb[i])
+			s0a += va
+			s0b += vb
+			s0aa += va * va
+			s0bb += vb * vb
+			s0ab += va * vb
+			va, vb = float64(ra[i+1]), float64(rb[i+1])
+			s1a += va
+			s1b += vb
+			s1aa += va * va
+			s1bb += vb * vb
+			s1ab += va * vb
+		}
+		if i < len(ra) {
+			va, vb := float64(ra[i]), float64(rb[i])
+			s0a += va
+			s0b += vb
+			s0aa += va * va
+			s0bb += vb * vb
+			s0ab += va * vb
+		}
+		sa += s0a + s1a
+		sb += s0b + s1b
+		saa += s0aa + s1aa
+		sbb += s0bb + s1bb
+		sab += s0ab + s1ab
+	}
+	n := float64((y1 - y0) * (x1 - x0))
+	va := saa - sa*sa/n
+	vb := sbb - sb*sb/n
+	if !(va > 0) || !(vb > 0) {
+		return 0
+	}
+	r := (sab - sa*sb/n) / math.Sqrt(va*vb)
+	return max(-1, min(1, r))
+}
+
+// geometry holds what is known about a pair before measuring it: tile size,
+// direction, the nominal translation from the overlap fraction, and the
+// smallest overlap a candidate translation may leave.
+type geometry struct {
+	h, w         int
+	dir          Direction
+	nomY, nomX   float64 // nominal translation of B from A, px
+	minOY, minOX int     // least overlap extents for a candidate, px
+}
+
+func newGeometry(h, w int, dir Direction, overlap float64) geometry {
+	g := geometry{h: h, w: w, dir: dir}
+	switch dir {
+	case Left:
+		g.nomX = float64(w) * (1 - overlap)
+		g.minOX = max(2, int(math.Ceil(overlap*float64(w)/2)))
+		g.minOY = max(2, (h+1)/2)
+	case Top:
+		g.nomY = float64(h) * (1 - overlap)
+		g.minOY = max(2, int(math.Ceil(overlap*float64(h)/2)))
+		g.minOX = max(2, (w+1)/2)
+	default:
+		panic("align: invalid direction")
+	}
+	return g
+}
+
+// plausible reports whether translation (dy, dx) is worth scoring for this
+// pair: B lies on the expected side of A (dx >= 0 for Left, dy >= 0 for Top)
+// and the overlap is at least half the nominal overlap along the stitching
+// axis and half the tile along the other. This guard is an addition to the
+// original, which scores every wrap candidate: the NCC of a few pixels is
+// noise that can exceed the NCC of the true, large overlap.
+func (g geometry) plausible(dy, dx int) bool {
+	if g.dir == Left && dx < 0 || g.dir == Top && dy < 0 {
+		return false
+	}
+	return g.h-abs(dy) >= g.minOY && g.w-abs(dx) >= g.minOX
+}
+
+func abs(v int) int {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// box bounds integer translations, inclusive.
+type box struct {
+	y0, y1, x0, x1 int
+}
+
+func (b *box) contains(y, x int) bool {
+	return b == nil || y >= b.y0 && y <= b.y1 && x >= b.x0 && x <= b.x1
+}
+
+// scorer evaluates NCC of one pair at integer translations, memoised.
+type scorer struct {
+	a, b *raster.Float32
+	g    geometry
+	seen map[[2]int]float64
+}
+
+func newScorer(a, b *raster.Float32, g geometry) *scorer {
+	return &scorer{a: a, b: b, g: g, seen: make(map[[2]int]float64, 32)}
+}
+
+// score returns the NCC at (dy, dx) and whether the translation is plausible.
+func (s *scorer) score(dy, dx int) (float64, bool) {
+	if !s.g.plausible(dy, dx) {
+		return 0, false
+	}
+	k := [2]int{dy, dx}
+	if v, ok := s.seen[k]; ok {
+		return v, true
+	}
+	v := NCC(s.a, s.b, dy, dx)
+	s.seen[k] = v
+	return v, true
+}
+
+// climb moves from (y, x), whose score is v, to the best of its 8 neighbours
+// while that improves the NCC, staying inside bx (nil: unbounded) and among
+// plausible translations. Ties keep the current position, so it terminates.
+func (s *scorer) climb(y, x int, v float64, bx *box) (int, int, float64) {
+	for range MaxClimb {
+		by, bxx, bv := y, x, v
+		for ny := y - 1; ny <= y+1; ny++ {
+			for nx := x - 1; nx <= x+1; nx++ {
+				if ny == y && nx == x || !bx.contains(ny, nx) {
+					continue
+				}
+				if nv, ok := s.score(ny, nx); ok && nv > bv {
+					by, bxx, bv = ny, nx, nv
+				}
+			}
+		}
+		if by == y && bxx == x {
+			break
+		}
+		y, x, v = by, bxx, bv
+	}
+	return y, x, v
+}
+
+// subpixel refines an integer NCC maximum at (y, x) to sub-pixel precision
+// by fitting a 2-D quadratic (least squares over the 3x3 neighbourhood) and
+// taking its stationary point. It returns the integer position unchanged when
+// a neighbour is not plausible, (y, x) is not the maximum of its
+// neighbourhood, or the fit is not a maximum; offsets are clamped to ±0.5 px
+// (beyond that a neighbouring integer would have scored higher).
+func (s *scorer) subpixel(y, x int) (float64, float64) {
+	var f [3][3]float64
+	for i := -1; i <= 1; i++ {
+		for j := -1; j <= 1; j++ {
+			v, ok := s.score(y+i, x+j)
+			if !ok {
+				return float64(y), float64(x)
+			}
+			f[i+1][j+1] = v
+		}
+	}
+	for i := range 3 {
+		for j := range 3 {
+			if f[i][j] > f[1][1] {
+				return float64(y), float64(x)
+			}
+		}
+	}
+	oy, ox, ok := quadPeak(&f)
+	if !ok {
+		return float64(y), float64(x)
+	}
+	return float64(y) + oy, float64(x) + ox
+}
+
+// quadPeak fits f(u, v) = c + gy u + gx v + ayy (u²-2/3) + axx (v²-2/3) +
+// axy u v to 3x3 samples f[u+1][v+1], u, v in {-1, 0, 1}, by least squares
+// (the basis is orthogonal on the 3x3 grid, so each coefficient is one
+// projection), and returns the stationary point when it is a maximum.
+func quadPeak(f *[3][3]float64) (oy, ox float64, ok bool) {
+	var gy, gx, ayy, axx, axy float64
+	for i := range 3 {
+		for j := range 3 {
+			u, v, w := float64(i-1), float64(j-1), f[i][j]
+			gy += w * u
+			gx += w * v
+			ayy += w * (u*u - 2.0/3)
+			axx += w * (v*v - 2.0/3)
+			axy += w * u * v
+		}
+	}
+	gy /= 6
+	gx /= 6
+	ayy /= 2
+	axx /= 2
+	axy /= 4
+	// Hessian [[2ayy, axy], [axy, 2axx]] must be negative definite.
+	hyy, hxx, hxy := 2*ayy, 2*axx, axy
+	det := hyy*hxx - hxy*hxy
+	if !(hyy < 0) || !(det > 0) {
+		return 0, 0, false
+	}
+	// Solve H [oy ox] = -[gy gx].
+	oy = (-gy*hxx + gx*hxy) / det
+	ox = (-gx*hyy + gy*hxy) / det
+	oy = max(-0.5, min(0.5, oy))
+	ox = max(-0.5, min(0.5, ox))
+	return oy, ox, true
+}

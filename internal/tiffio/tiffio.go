@@ -1,0 +1,228 @@
+package tiffio
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// Info describes the first page of a file; Pages counts the IFD chain.
+type Info struct {
+	Width, Height   int // pixels
+	BitsPerSample   int
+	SampleFormat    int // 1 unsigned, 2 signed, 3 float
+	SamplesPerPixel int
+	Pages           int
+	BigTIFF         bool
+}
+
+// open opens path and parses its header; the caller closes the file.
+func open(path string) (*os.File, *file, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, nil, err
+	}
+	f, err := openTIFF(fh, st.Size())
+	if err != nil {
+		fh.Close()
+		return nil, nil, err
+	}
+	return fh, f, nil
+}
+
+func wrap(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if pe, ok := err.(*os.PathError); ok && pe.Path == path {
+		err = fmt.Errorf("%s: %w", pe.Op, pe.Err) // avoid naming the path twice
+	}
+	return fmt.Errorf("tiff %s: %w", path, err)
+}
+
+// ReadInfo reads the first page's description and counts the pages, reading
+// only the IFDs.
+func ReadInfo(path string) (Info, error) {
+	fh, f, err := open(path)
+	if err != nil {
+		return Info{}, wrap(path, err)
+	}
+	defer fh.Close()
+	info, err := readInfo(f)
+	return info, wrap(path, err)
+}
+
+func readInfo(f *file) (Info, error) {
+	d, err := f.readIFD(f.first, 0)
+	if err != nil {
+		return Info{}, err
+	}
+	p, err := f.parsePage(d, 0, false)
+	if err != nil {
+		return Info{}, err
+	}
+	info := Info{Width: p.width, Height: p.height, BitsPerSample: p.bps, SampleFormat: p.sf,
+		SamplesPerPixel: p.spp, BigTIFF: f.big}
+	err = f.walk(func(page int, off int64) (bool, error) {
+		info.Pages = page + 1
+		return true, nil
+	})
+	return info, err
+}
+
+// eachPage parses and hands every page (all, or only the first) to fn.
+func (f *file) eachPage(all bool, fn func(p *page) error) error {
+	return f.walk(func(index int, off int64) (bool, error) {
+		d, err := f.readIFD(off, index)
+		if err != nil {
+			return false, err
+		}
+		p, err := f.parsePage(d, index, true)
+		if err != nil {
+			return false, err
+		}
+		return all, fn(p)
+	})
+}
+
+func readGray16(f *file, all bool) ([]*raster.Gray16, error) {
+	var out []*raster.Gray16
+	err := f.eachPage(all, func(p *page) error {
+		if p.sf != sampleUint || p.bps != 16 {
+			return unsupErr("want 16-bit unsigned gray, page %d has %s samples", p.index, p.describeSample())
+		}
+		img := raster.NewGray16(p.width, p.height)
+		bo := f.bo
+		err := f.decodePage(p, func(y, x int, row []byte) {
+			o := y*p.width + x
+			toUint16(img.Pix[o:o+len(row)/2], row, bo)
+		})
+		if err != nil {
+			return err
+		}
+		out = append(out, img)
+		return nil
+	})
+	return out, err
+}
+
+func readFloat32(f *file, all bool) ([]*raster.Float32, error) {
+	var out []*raster.Float32
+	err := f.eachPage(all, func(p *page) error {
+		kind, _ := sampleKind(p.sf, p.bps) // checked by parsePage
+		img := raster.NewFloat32(p.width, p.height)
+		bo := f.bo
+		size := int(p.bytesPerSample)
+		err := f.decodePage(p, func(y, x int, row []byte) {
+			o := y*p.width + x
+			toFloat32(img.Pix[o:o+len(row)/size], row, kind, bo)
+		})
+		if err != nil {
+			return err
+		}
+		out = append(out, img)
+		return nil
+	})
+	return out, err
+}
+
+func readPath[T any](path string, read func(*file, bool) ([]T, error), all bool) ([]T, error) {
+	fh, f, err := open(path)
+	if err != nil {
+		return nil, wrap(path, err)
+	}
+	defer fh.Close()
+	out, err := read(f, all)
+	if err != nil {
+		return nil, wrap(path, err)
+	}
+	return out, nil
+}
+
+// ReadGray16 reads the first page, which must have one 16-bit unsigned
+// sample per pixel.
+func ReadGray16(path string) (*raster.Gray16, error) {
+	pages, err := readPath(path, readGray16, false)
+	if err != nil {
+		return nil, err
+	}
+	return pages[0], nil
+}
+
+// ReadFloat32 reads the first page as float32: float pages as stored,
+// integer pages converted to float counts (no rescaling).
+func ReadFloat32(path string) (*raster.Float32, error) {
+	pages, err := readPath(path, readFloat32, false)
+	if err != nil {
+		return nil, err
+	}
+	return pages[0], nil
+}
+
+// ReadGray16Pages reads every page (a multi-page stack, index n = page).
+func ReadGray16Pages(path string) ([]*raster.Gray16, error) {
+	return readPath(path, readGray16, true)
+}
+
+// ReadFloat32Pages reads every page as float32, like ReadFloat32.
+func ReadFloat32Pages(path string) ([]*raster.Float32, error) {
+	return readPath(path, readFloat32, true)
+}
+
+func checkImage(path string, i, w, h, n int, nilImg bool) error {
+	switch {
+	case nilImg:
+		return fmt.Errorf("tiff %s: page %d is nil", path, i)
+	case w <= 0 || h <= 0 || w > maxDim || h > maxDim:
+		return fmt.Errorf("tiff %s: page %d has invalid size %dx%d", path, i, w, h)
+	case n != w*h:
+		return fmt.Errorf("tiff %s: page %d has %d pixels, %dx%d needs %d", path, i, n, w, h, w*h)
+	}
+	return nil
+}
+
+// WriteGray16 writes img as a one-page uint16 TIFF, atomically.
+func WriteGray16(path string, img *raster.Gray16) error {
+	return WriteGray16Pages(path, []*raster.Gray16{img})
+}
+
+// WriteFloat32 writes img as a one-page float32 TIFF, atomically.
+func WriteFloat32(path string, img *raster.Float32) error {
+	return WriteFloat32Pages(path, []*raster.Float32{img})
+}
+
+// WriteGray16Pages writes a multi-page uint16 TIFF, one page per plane.
+func WriteGray16Pages(path string, pages []*raster.Gray16) error {
+	out := make([]outPage, len(pages))
+	for i, g := range pages {
+		if g == nil {
+			return checkImage(path, i, 0, 0, 0, true)
+		}
+		if err := checkImage(path, i, g.W, g.H, len(g.Pix), false); err != nil {
+			return err
+		}
+		out[i] = gray16Page(g.W, g.H, g.Pix)
+	}
+	return writePages(path, out)
+}
+
+// WriteFloat32Pages writes a multi-page float32 TIFF, one page per plane.
+func WriteFloat32Pages(path string, pages []*raster.Float32) error {
+	out := make([]outPage, len(pages))
+	for i, g := range pages {
+		if g == nil {
+			return checkImage(path, i, 0, 0, 0, true)
+		}
+		if err := checkImage(path, i, g.W, g.H, len(g.Pix), false); err != nil {
+			return err
+		}
+		out[i] = float32Page(g.W, g.H, g.Pix)
+	}
+	return writePages(path, out)
+}

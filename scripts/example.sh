@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the pipeline's stitch stage through Snakemake on the small built-in
+# synthetic project, locally (no SLURM), on the CPU device, asked for
+# explicitly with `device: cpu` (this machine may have no GPU; production runs
+# use the GPU and never fall back to the CPU). Then scores the result against
+# the synthetic ground truth.
+#
+# Usage (fresh Debian 12, as root or with sudo for apt): scripts/example.sh [dir]
+# Env: EXAMPLE_CORES (default: nproc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+out=${1:-/tmp/kintsugi-example}
+export PATH=/usr/local/go/bin:$PATH
+
+pkgs="make snakemake python3-tifffile python3-jsonschema"
+# shellcheck disable=SC2086
+if ! dpkg -s $pkgs >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  # shellcheck disable=SC2086
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+fi
+
+make build
+rm -rf "$out"
+# The explicit CPU device: this example must run on machines without a GPU.
+bin/kintsugi-synth --preset tiny --out "$out" --kintsugi-dir "$repo" --device cpu
+
+cores=${EXAMPLE_CORES:-$(nproc)}
+# Debian's snakemake runs on /usr/bin/python3 (a pyenv python3 on PATH lacks it).
+snakemake stitch_all --snakefile "$repo/Snakefile" --directory "$out" \
+  --configfile "$out/config.yaml" --cores "$cores" --printshellcmds
+bin/kintsugi-accuracy --project "$out" --cycle 1
+echo "stitched planes: $out/data/processed/stitched/cyc*/CH*/NN.tif"
