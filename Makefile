@@ -7,7 +7,7 @@ CMDS      := wrappers/stitch cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit e2e vet example clean
+.PHONY: all build test check unit e2e vet example clean
 
 all: build
 
@@ -29,6 +29,18 @@ unit:
 # The README's test command: unit tests, then the end-to-end test on the real
 # local SLURM cluster (scripts/slurm-up.sh must have started it).
 test: build vet unit e2e
+
+# The README's test command on a fresh Debian machine (root or sudo): installs the
+# test packages, starts the local SLURM cluster, runs everything.
+check:
+	scripts/test-deps.sh
+	scripts/slurm-up.sh
+	$(MAKE) test
+
+# The README's example: the stitch stage through Snakemake on the built-in
+# synthetic project, on the explicitly requested CPU device.
+example:
+	scripts/example.sh
 
 e2e: build
 	tests/e2e/run.sh

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -131,6 +132,7 @@ func WriteConfig(path string, o Options, extra map[string]any) error {
 		if err := val.Encode(e.v); err != nil {
 			return fmt.Errorf("config: encode key %s: %w", e.k, err)
 		}
+		yaml11Floats(&val)
 		doc.Content = append(doc.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: e.k}, &val)
 	}
 	var b bytes.Buffer
@@ -144,4 +146,17 @@ func WriteConfig(path string, o Options, extra map[string]any) error {
 		return fmt.Errorf("config: encode: %w", err)
 	}
 	return atomicfile.WriteBytes(path, b.Bytes(), 0o644)
+}
+
+// yaml11Floats rewrites floats like 1e-06 as 1.0e-06: YAML 1.1 readers
+// (PyYAML, which Snakemake uses) read an exponent without a dot as a string.
+func yaml11Floats(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!float" && !strings.ContainsAny(n.Value, ".") {
+		if i := strings.IndexAny(n.Value, "eE"); i > 0 {
+			n.Value = n.Value[:i] + ".0" + n.Value[i:]
+		}
+	}
+	for _, c := range n.Content {
+		yaml11Floats(c)
+	}
 }
