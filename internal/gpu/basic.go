@@ -1,0 +1,573 @@
+//go:build cuda
+
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/mumax/3/cuda/cu"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// BaSiC is the GPU basic.Fitter: the algorithm of basic.CPU (resize with
+// the same weights, the same inexact ALM with darkfield, the same
+// reweighting and stop rules), with all the stacks of one call fitted
+// together: every step advances each unfinished fit by one inner iteration,
+// so 80 fits of a cycle cost about as many kernel launches as one.
+//
+// Precision: the resize to the working size is bit-identical to the CPU's
+// (float32 samples, float64 sums in the same order); the ALM is float64 like
+// the CPU, with different summation orders in the reductions (block sums,
+// DCT by matrix products instead of FFTPACK), so results agree to rounding,
+// amplified only near the discrete decisions of the algorithm (stop test,
+// darkfield masks). gpu_test.go states the tolerance it holds.
+type BaSiC struct{ e *Engine }
+
+// Fit implements basic.Fitter. Stacks are (n, y, x) float32 in any
+// consistent unit (the stitch stage uses counts/65535).
+func (b *BaSiC) Fit(ctx context.Context, stacks []*raster.Stack, p basic.Params) ([]basic.Profile, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	ins := make([]fitInput, len(stacks))
+	for i, st := range stacks {
+		if err := checkStack(st); err != nil {
+			return nil, fmt.Errorf("basic: stack %d: %w", i, err)
+		}
+		ins[i] = fitInput{n: st.N, h: st.H, w: st.W, f32: st.Pix}
+	}
+	return b.e.fit(ctx, ins, p)
+}
+
+// Fit fits one profile per plane from raw tiles in counts: planes[i] holds
+// the tiles of plane i. The tiles are normalised on the GPU exactly as
+// raster.Normalize16 does, so the profiles equal those of BaSiC.Fit on the
+// normalised stacks (darkfield in counts/65535). It implements the fitting
+// half of the stitch stage's engine.
+func (e *Engine) Fit(ctx context.Context, planes [][]*raster.Gray16, p basic.Params) ([]basic.Profile, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	ins := make([]fitInput, len(planes))
+	for i, tiles := range planes {
+		if len(tiles) < 2 {
+			return nil, fmt.Errorf("basic: plane %d: need at least 2 tiles, got %d", i, len(tiles))
+		}
+		in := fitInput{n: len(tiles), h: tiles[0].H, w: tiles[0].W}
+		for k, t := range tiles {
+			if t == nil || t.W != in.w || t.H != in.h || len(t.Pix) != t.W*t.H || t.W < 1 || t.H < 1 {
+				return nil, fmt.Errorf("basic: plane %d: tile %d is missing or not %dx%d", i, k, in.w, in.h)
+			}
+			in.u16 = append(in.u16, t.Pix)
+		}
+		ins[i] = in
+	}
+	return e.fit(ctx, ins, p)
+}
+
+// FitGray16 is Fit under the name the brief uses.
+func (e *Engine) FitGray16(ctx context.Context, planes [][]*raster.Gray16, p basic.Params) ([]basic.Profile, error) {
+	return e.Fit(ctx, planes, p)
+}
+
+func checkStack(st *raster.Stack) error {
+	switch {
+	case st == nil:
+		return errors.New("nil stack")
+	case st.N < 2 || st.H < 1 || st.W < 1:
+		return fmt.Errorf("need at least 2 images of at least 1x1 px, got %dx%dx%d (n, y, x)", st.N, st.H, st.W)
+	case len(st.Pix) != st.N*st.H*st.W:
+		return fmt.Errorf("pixel count %d does not match %dx%dx%d", len(st.Pix), st.N, st.H, st.W)
+	}
+	return nil
+}
+
+// fitInput is one stack: n images of h x w, either one float32 slice (n*h*w)
+// or n uint16 slices (counts, normalised on the device).
+type fitInput struct {
+	n, h, w int
+	f32     []float32
+	u16     [][]uint16
+}
+
+// Scalar slots of kernels/basic.cu.
+const (
+	nST      = 32
+	stMu     = 0
+	stDNorm  = 3
+	stLamF   = 4
+	stLamD   = 5
+	stIter   = 17
+	stDone   = 18
+	stNorm2  = 19
+	stFNum   = 21
+	stFDen   = 22
+	stDNum   = 23
+	stDDen   = 24
+	stDMin   = 25
+	passBS   = 256 // alm_pass block size
+	maxTiles = 256 // per plane: alm_pass keeps 8 x 3 x n doubles in shared memory
+)
+
+// fitBatch bounds the fits advanced together (device memory: 4 float64
+// arrays of n x working pixels per fit, 2.6 GB for 80 fits of 63 tiles).
+// A variable so that the test of lossless batching can lower it.
+var fitBatch = 128
+
+// norm16 is raster.Normalize16's factor as a float32, passed to kernels.
+const norm16 = float32(1.0 / 65535.0)
+
+func (e *Engine) fit(ctx context.Context, ins []fitInput, p basic.Params) ([]basic.Profile, error) {
+	out := make([]basic.Profile, len(ins))
+	batch := e.fitBatchSize(ins, p.WorkingSize)
+	for lo := 0; lo < len(ins); lo += batch {
+		hi := min(len(ins), lo+batch)
+		var res []basic.Profile
+		err := e.do(ctx, "basic fit", func() error {
+			var err error
+			res, err = e.fitBatch(ctx, ins[lo:hi], p, lo)
+			return err
+		})
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		copy(out[lo:], res)
+	}
+	return out, nil
+}
+
+// fitBatchSize is how many fits advance together: at most fitBatch, and
+// few enough that their state takes at most half of the free device memory.
+// Batches are independent (each fit's arithmetic does not depend on the
+// others), so splitting is lossless: the profiles are bit-identical.
+func (e *Engine) fitBatchSize(ins []fitInput, ps int) int {
+	var free int64
+	if err := e.do(context.Background(), "meminfo", func() error {
+		free, _ = cu.MemGetInfo()
+		free += e.pool.cached
+		return nil
+	}); err != nil {
+		return fitBatch
+	}
+	m := int64(ps) * int64(ps)
+	var nmax, stage int64
+	for _, in := range ins {
+		nmax = max(nmax, int64(in.n))
+		// one stack uploaded (float32 at most) and its row-resized copy
+		stage = max(stage, int64(in.n)*int64(in.h)*int64(in.w)*4+int64(in.n)*int64(ps)*int64(in.w)*8)
+	}
+	perFit := 4*nmax*m*8 + 20*m*8 + 64*nmax*(3*nmax+1)*8 + nmax*nmax*8
+	n := (free/2 - stage) / perFit
+	return int(max(1, min(n, int64(fitBatch))))
+}
+
+// devArena frees every buffer it handed out when done.
+type devArena struct {
+	e    *Engine
+	bufs []cu.DevicePtr
+}
+
+func (a *devArena) f64(n int) cu.DevicePtr { return a.bytes(int64(n) * 8) }
+func (a *devArena) i32(n int) cu.DevicePtr { return a.bytes(int64(n) * 4) }
+func (a *devArena) bytes(n int64) cu.DevicePtr {
+	p := a.e.alloc(n)
+	a.bufs = append(a.bufs, p)
+	return p
+}
+func (a *devArena) free() { a.e.release(a.bufs...); a.bufs = nil }
+
+// put copies a host slice to the device (small transfers).
+func put[T any](e *Engine, dst cu.DevicePtr, src []T) {
+	if len(src) == 0 {
+		return
+	}
+	var z T
+	e.upload([]hostSeg{{host: unsafe.Pointer(&src[0]), dev: dst, n: int64(len(src)) * int64(unsafe.Sizeof(z))}})
+}
+
+// get copies device data into a host slice, after the compute stream's work.
+func get[T any](e *Engine, dst []T, src cu.DevicePtr) {
+	if len(dst) == 0 {
+		return
+	}
+	var z T
+	e.download([]hostSeg{{host: unsafe.Pointer(&dst[0]), dev: src, n: int64(len(dst)) * int64(unsafe.Sizeof(z))}})
+}
+
+// fitBatch runs on the engine goroutine.
+func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, first int) ([]basic.Profile, error) {
+	F := len(ins)
+	ps := p.WorkingSize
+	m := ps * ps
+	nn := make([]int32, F)
+	noff := make([]int32, F)
+	N, nmax := 0, 0
+	for f, in := range ins {
+		if in.n > maxTiles {
+			return nil, fmt.Errorf("stack %d: %d images; the GPU fit takes at most %d per stack", first+f, in.n, maxTiles)
+		}
+		nn[f], noff[f] = int32(in.n), int32(N)
+		N += in.n
+		nmax = max(nmax, in.n)
+	}
+	var ar devArena
+	ar.e = e
+	defer ar.free()
+	e.op = "allocate BaSiC state"
+	D, E, Y, WT := ar.f64(N*m), ar.f64(N*m), ar.f64(N*m), ar.f64(N*m)
+	pix := func() cu.DevicePtr { return ar.f64(F * m) }
+	S, VSUM, WHAT, WIDCT, AOFF, AOFFA := pix(), pix(), pix(), pix(), pix(), pix()
+	TMP, TMP2, TMP3, OFFSET, FLATLAST, DARKLAST, FLATCUR, ROWSUM := pix(), pix(), pix(), pix(), pix(), pix(), pix(), pix()
+	HI, LO := ar.bytes(int64(F*m)), ar.bytes(int64(F*m))
+	COEFF, COEFFA := ar.f64(N), ar.f64(N)
+	VALID, SIGN := ar.i32(N), ar.i32(N)
+	ST := ar.f64(F * nST)
+	NN, NOFF, ACT, ACT2, DACT := ar.i32(F), ar.i32(F), ar.i32(F), ar.i32(F), ar.i32(F)
+	nblk := (m + passBS - 1) / passBS
+	partLen := F * nblk * (3*nmax + 1)
+	PART := ar.f64(max(partLen, F*64))
+	G := ar.f64(F * nmax * nmax)
+	CM, CT := ar.f64(m), ar.f64(m)
+	put(e, NN, nn)
+	put(e, NOFF, noff)
+	c, ct := dctMatrices(ps)
+	put(e, CM, c)
+	put(e, CT, ct)
+	e.launch("fill_f64", grid1(int64(N*m)), D, 0.0, int64(N*m))
+
+	// Resize every stack to the working grid, straight into D.
+	e.op = "resize to working size"
+	if err := e.resizeInputs(ctx, ins, D, ps); err != nil {
+		return nil, err
+	}
+
+	// Automatic lambdas from the per-pixel mean (before sorting), the
+	// spectral norm from the Gram matrix, ‖D‖_F and min(D).
+	gpix := dim{gx: (m + 255) / 256, gy: F, gz: 1, bx: 256, by: 1, bz: 1}
+	perFit := func(bs int) dim { return dim{gx: F, gy: 1, gz: 1, bx: bs, by: 1, bz: 1} }
+	e.launch("alm_mean_img", gpix, TMP, D, NN, NOFF, m)
+	e.launch("alm_sort", gpix, D, ROWSUM, NN, NOFF, m)
+	e.launch("alm_norms", perFit(1024), ST, D, NN, NOFF, m)
+	e.launch("fill_f64", grid1(int64(F*nmax*nmax)), G, 0.0, int64(F*nmax*nmax))
+	e.launch("alm_gram", dim{gx: nmax * nmax, gy: F, gz: 1, bx: 256, by: 1, bz: 1}, G, D, NN, NOFF, m, nmax)
+	meanImg := make([]float64, F*m)
+	get(e, meanImg, TMP)
+	gram := make([]float64, F*nmax*nmax)
+	get(e, gram, G)
+	st := make([]float64, F*nST)
+	get(e, st, ST)
+	for f := range F {
+		n := int(nn[f])
+		g := mat.NewSymDense(n, nil)
+		for a := range n {
+			for b := a; b < n; b++ {
+				g.SetSym(a, b, gram[(f*nmax+a)*nmax+b])
+			}
+		}
+		var es mat.EigenSym
+		if !es.Factorize(g, false) {
+			return nil, fmt.Errorf("stack %d: eigen decomposition of the Gram matrix failed", first+f)
+		}
+		vals := es.Values(nil)
+		norm2 := math.Sqrt(math.Max(0, vals[len(vals)-1]))
+		if !(norm2 > 0) {
+			return nil, fmt.Errorf("stack %d: images are all zero (or not finite)", first+f)
+		}
+		s := st[f*nST : (f+1)*nST]
+		s[stNorm2] = norm2
+		lf, ld := p.LambdaFlat, p.LambdaDark
+		if lf == 0 || ld == 0 {
+			auto := basic.AutoLambdaFlat(meanImg[f*m:(f+1)*m], 1, ps)
+			if lf == 0 {
+				lf = auto
+			}
+			if ld == 0 {
+				ld = 0.2 * auto
+			}
+		}
+		s[stLamF], s[stLamD] = lf, ld
+	}
+	put(e, ST, st)
+	e.launch("fill_f64", grid1(int64(N*m)), WT, 1.0, int64(N*m))
+	e.launch("fill_f64", grid1(int64(F*m)), FLATLAST, 1.0, int64(F*m))
+	e.launch("fill_f64", grid1(int64(F*m)), DARKLAST, 0.0, int64(F*m))
+	e.launch("fill_f64", grid1(int64(F*m)), AOFFA, 0.0, int64(F*m))
+
+	// The solve loop.
+	dark := 0
+	if p.Darkfield {
+		dark = 1
+	}
+	var method int
+	switch p.DarkfieldMethod {
+	case basic.DarkfieldOriginal:
+		method = 0 // DARK_ORIGINAL of kernels/basic.cu
+	case basic.DarkfieldDarkest:
+		method = 1 // DARK_DARKEST
+	default:
+		return nil, fmt.Errorf("darkfield method %v not implemented on the GPU", p.DarkfieldMethod)
+	}
+	round := make([]int, F)
+	finished := make([]bool, F)
+	iters := make([]int, F)
+	act := make([]int32, F)
+	act2 := make([]int32, F)
+	for f := range F {
+		round[f] = 1
+		act[f] = 1
+	}
+	put(e, ACT, act)
+	e.resetSolve(ACT, gpix, perFit, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF, m)
+	gdct := dim{gx: (ps + 31) / 32, gy: (ps + 31) / 32, gz: F, bx: 32, by: 32, bz: 1}
+	gpass := dim{gx: nblk, gy: F, gz: 1, bx: passBS, by: 1, bz: 1, shmem: 8 * 3 * nmax * 8}
+	gctl := dim{gx: F, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, shmem: (3*nmax + 1) * 8}
+	grw := dim{gx: 64, gy: F, gz: 1, bx: 256, by: 1, bz: 1}
+	remaining := F
+	for step := 0; remaining > 0; step++ {
+		if err := checkCtx(ctx); err != nil {
+			return nil, err
+		}
+		e.op = "ALM iteration"
+		e.launch("alm_flat_in", gpix, TMP, S, WIDCT, AOFF, ST, NN, ACT, m)
+		e.launch("dct_pass", gdct, TMP2, TMP, CM, ps, ACT)
+		e.launch("dct_pass", gdct, TMP, TMP2, CM, ps, ACT)
+		e.launch("alm_flat_shrink", gpix, WHAT, TMP, ST, ACT, m)
+		e.launch("dct_pass", gdct, TMP2, WHAT, CT, ps, ACT)
+		e.launch("dct_pass", gdct, WIDCT, TMP2, CT, ps, ACT)
+		e.launch("alm_masks", perFit(1024), HI, LO, WIDCT, COEFF, COEFFA, AOFF, AOFFA, ST, NN, NOFF, ACT, m, dark)
+		e.launch("alm_pass", gpass, E, Y, S, VSUM, PART, D, WT, WIDCT, AOFF, COEFF, VALID, HI, LO, ST, NN, NOFF, ACT, m, nmax, dark)
+		e.launch("alm_control", gctl, ST, COEFF, VALID, SIGN, DACT, PART, D, WIDCT, NN, NOFF, ACT, nblk, nmax, m, dark, method, p.OptimizationTol, p.MaxIterations)
+		if dark == 1 {
+			e.launch("alm_dark_a1", perFit(1024), TMP, VSUM, D, E, WIDCT, SIGN, ST, NN, NOFF, ACT, DACT, m)
+			e.launch("dct_pass", gdct, TMP2, TMP, CM, ps, DACT)
+			e.launch("dct_pass", gdct, TMP3, TMP2, CM, ps, DACT)
+			e.launch("alm_dark_soft", gpix, TMP3, ST, DACT, m)
+			e.launch("dct_pass", gdct, TMP2, TMP3, CT, ps, DACT)
+			e.launch("dct_pass", gdct, TMP, TMP2, CT, ps, DACT)
+			e.launch("alm_dark_out", gpix, AOFF, TMP, WIDCT, ST, DACT, m)
+		}
+		get(e, st, ST)
+		ended := false
+		for f := range F {
+			act2[f] = 0
+			if act[f] == 1 && st[f*nST+stDone] != 0 {
+				act2[f] = 1
+				ended = true
+			}
+		}
+		if !ended {
+			continue
+		}
+		// End of a solve for the fits in act2: offset, reweighting,
+		// flatfield and the reweighting convergence test.
+		e.op = "BaSiC reweighting"
+		put(e, ACT2, act2)
+		e.launch("alm_end_offset", perFit(1024), OFFSET, ST, AOFF, AOFFA, WIDCT, COEFFA, NN, NOFF, ACT2, m)
+		e.launch("alm_reweight", grw, WT, PART, E, COEFFA, ST, NN, NOFF, ACT2, m, p.Epsilon)
+		e.launch("alm_reweight_scale", grw, WT, PART, NN, NOFF, ACT2, m)
+		e.launch("alm_end_flat", perFit(1024), FLATLAST, DARKLAST, FLATCUR, ST, WIDCT, AOFFA, OFFSET, ACT2, m)
+		get(e, st, ST)
+		restart := false
+		for f := range F {
+			if act2[f] == 0 {
+				continue
+			}
+			s := st[f*nST : (f+1)*nST]
+			iters[f] += int(s[stIter])
+			madFlat := s[stFNum] / s[stFDen]
+			madDark := math.Inf(1)
+			if round[f] > 1 {
+				if s[stDNum] < 1e-7 {
+					madDark = 0
+				} else {
+					madDark = s[stDNum] / math.Max(s[stDDen], 1e-6)
+				}
+			}
+			if math.Max(madFlat, madDark) <= p.ReweightTol || round[f] >= p.MaxReweightIterations {
+				finished[f] = true
+				act[f] = 0
+				act2[f] = 0
+				remaining--
+				continue
+			}
+			round[f]++
+			restart = true
+		}
+		put(e, ACT, act)
+		if restart {
+			put(e, ACT2, act2)
+			e.resetSolve(ACT2, gpix, perFit, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF, m)
+		}
+	}
+
+	// Profiles: working-size copies, then the resize to full size on the
+	// GPU and the flatfield normalisation.
+	e.op = "profiles"
+	flatW := make([]float64, F*m)
+	darkW := make([]float64, F*m)
+	get(e, flatW, FLATLAST)
+	get(e, darkW, DARKLAST)
+	profs := make([]basic.Profile, F)
+	for f, in := range ins {
+		pr := basic.Profile{W: in.w, H: in.h, Iterations: iters[f], Reweights: round[f]}
+		pr.WorkFlat = make([]float32, m)
+		pr.WorkDark = make([]float32, m)
+		for i := range m {
+			pr.WorkFlat[i] = float32(flatW[f*m+i])
+			if p.Darkfield {
+				pr.WorkDark[i] = float32(darkW[f*m+i])
+			}
+		}
+		profs[f] = pr
+	}
+	if err := e.profilesFullSize(profs, FLATLAST, DARKLAST, ps, p.Darkfield); err != nil {
+		return nil, err
+	}
+	return profs, nil
+}
+
+func (e *Engine) resetSolve(act cu.DevicePtr, gpix dim, perFit func(int) dim, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF cu.DevicePtr, m int) {
+	e.launch("alm_reset_pix", gpix, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, act, m)
+	e.launch("alm_reset_elem", dim{gx: 64, gy: gpix.gy, gz: 1, bx: 256, by: 1, bz: 1}, E, Y, NN, NOFF, act, m)
+	e.launch("alm_reset_scalars", perFit(256), ST, COEFF, VALID, NN, NOFF, act)
+}
+
+// resizeInputs uploads each stack and resizes it to ps x ps into D
+// (image-major, stacks one after the other).
+func (e *Engine) resizeInputs(ctx context.Context, ins []fitInput, D cu.DevicePtr, ps int) error {
+	m := ps * ps
+	type axes struct{ y, x *devAxis }
+	cache := map[[2]int]axes{}
+	defer func() {
+		for _, a := range cache {
+			a.y.free(e)
+			a.x.free(e)
+		}
+	}()
+	off := 0
+	for _, in := range ins {
+		if err := checkCtx(ctx); err != nil {
+			return err
+		}
+		ax, ok := cache[[2]int{in.h, in.w}]
+		if !ok {
+			ax = axes{y: e.newDevAxis(in.h, ps), x: e.newDevAxis(in.w, ps)}
+			cache[[2]int{in.h, in.w}] = ax
+		}
+		plane := int64(in.h) * int64(in.w)
+		var src cu.DevicePtr
+		var kname string
+		if in.u16 != nil {
+			src = e.alloc(int64(in.n) * plane * 2)
+			segs := make([]hostSeg, in.n)
+			for k, t := range in.u16 {
+				segs[k] = hostSeg{host: unsafe.Pointer(&t[0]), dev: src + cu.DevicePtr(int64(k)*plane*2), n: plane * 2}
+			}
+			e.upload(segs)
+			kname = "resize_y_u16"
+		} else {
+			src = e.alloc(int64(in.n) * plane * 4)
+			e.upload([]hostSeg{{host: unsafe.Pointer(&in.f32[0]), dev: src, n: int64(in.n) * plane * 4}})
+			kname = "resize_y_f32"
+		}
+		tmp := e.alloc(int64(in.n) * int64(ps) * int64(in.w) * 8)
+		e.launch(kname, dim{gx: (in.w + 255) / 256, gy: ps, gz: in.n, bx: 256, by: 1, bz: 1},
+			tmp, src, in.w, ps, ax.y.start, ax.y.cnt, ax.y.off, ax.y.w, norm16, plane, int64(ps)*int64(in.w))
+		dst := D + cu.DevicePtr(int64(off)*int64(m)*8)
+		e.launch("resize_x_f64", dim{gx: (ps + 255) / 256, gy: ps, gz: in.n, bx: 256, by: 1, bz: 1},
+			dst, tmp, in.w, ps, ps, ax.x.start, ax.x.cnt, ax.x.off, ax.x.w, int64(ps)*int64(in.w), int64(m))
+		e.release(src, tmp)
+		off += in.n
+	}
+	return nil
+}
+
+// profilesFullSize resizes the working profiles (ps x ps, float64 on the
+// device) to each profile's (H, W), normalises the flatfields to mean 1
+// (ones when not positive) and downloads them.
+func (e *Engine) profilesFullSize(profs []basic.Profile, FLAT, DARK cu.DevicePtr, ps int, darkfield bool) error {
+	m := int64(ps) * int64(ps)
+	for f := range profs {
+		pr := &profs[f]
+		h, w := pr.H, pr.W
+		ay, ax := e.newDevAxis(ps, h), e.newDevAxis(ps, w)
+		plane := int64(h) * int64(w)
+		tmp := e.alloc(int64(h) * int64(ps) * 8)
+		outF := e.alloc(plane * 4)
+		resize := func(dst, src cu.DevicePtr) {
+			e.launch("resize_y_f64", dim{gx: (ps + 255) / 256, gy: h, gz: 1, bx: 256, by: 1, bz: 1},
+				tmp, src, ps, h, ay.start, ay.cnt, ay.off, ay.w, float32(1), m, int64(h)*int64(ps))
+			e.launch("resize_x_f32", dim{gx: (w + 255) / 256, gy: h, gz: 1, bx: 256, by: 1, bz: 1},
+				dst, tmp, ps, h, w, ax.start, ax.cnt, ax.off, ax.w, int64(h)*int64(ps), plane)
+		}
+		resize(outF, FLAT+cu.DevicePtr(int64(f)*m*8))
+		ok := e.alloc(4)
+		e.launch("flat_normalise", dim{gx: 1, gy: 1, gz: 1, bx: 1024, by: 1, bz: 1}, outF, ok, plane)
+		pr.Flatfield = make([]float32, plane)
+		get(e, pr.Flatfield, outF)
+		okv := make([]int32, 1)
+		get(e, okv, ok)
+		if okv[0] == 0 {
+			for i := range pr.WorkFlat {
+				pr.WorkFlat[i] = 1
+			}
+		}
+		pr.Darkfield = make([]float32, plane)
+		if darkfield {
+			resize(outF, DARK+cu.DevicePtr(int64(f)*m*8))
+			get(e, pr.Darkfield, outF)
+		}
+		e.release(tmp, outF, ok)
+		ay.free(e)
+		ax.free(e)
+	}
+	return nil
+}
+
+// dctMatrices returns the orthonormal DCT-II matrix C (C[u][x] = s(u)
+// cos(π(2x+1)u/2p), row-major) and its transpose, the inverse.
+func dctMatrices(p int) (c, ct []float64) {
+	c = make([]float64, p*p)
+	ct = make([]float64, p*p)
+	s0, sk := math.Sqrt(1/float64(p)), math.Sqrt(2/float64(p))
+	for u := range p {
+		s := sk
+		if u == 0 {
+			s = s0
+		}
+		for x := range p {
+			v := s * math.Cos(math.Pi*float64(2*x+1)*float64(u)/float64(2*p))
+			c[u*p+x] = v
+			ct[x*p+u] = v
+		}
+	}
+	return c, ct
+}
+
+// devAxis is an axis kernel (see axisWeights) on the device.
+type devAxis struct {
+	start, cnt, off, w cu.DevicePtr
+}
+
+func (e *Engine) newDevAxis(in, out int) *devAxis {
+	start, cnt, off, w := axisWeights(in, out)
+	a := &devAxis{start: e.alloc(int64(len(start)) * 4), cnt: e.alloc(int64(len(cnt)) * 4),
+		off: e.alloc(int64(len(off)) * 4), w: e.alloc(int64(len(w)) * 8)}
+	put(e, a.start, start)
+	put(e, a.cnt, cnt)
+	put(e, a.off, off)
+	put(e, a.w, w)
+	return a
+}
+
+func (a *devAxis) free(e *Engine) { e.release(a.start, a.cnt, a.off, a.w) }

@@ -1,0 +1,71 @@
+//go:build cuda
+
+package gpu
+
+// The few driver calls that mumax's cu package does not wrap: contexts with
+// blocking synchronisation, events (stream ordering without host waits), and
+// a batched 2-D cuFFT plan (mumax's cufft.PlanMany passes Go []int, 64-bit,
+// where cuFFT reads 32-bit ints).
+// Failures panic with a cu.Result, like mumax's own calls, so the engine's
+// recover turns them into *Error values.
+
+/*
+#cgo LDFLAGS: -lcufft -lcuda
+#include <cuda.h>
+#include <cufft.h>
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/mumax/3/cuda/cu"
+	"github.com/mumax/3/cuda/cufft"
+)
+
+func check(r C.CUresult) {
+	if r != C.CUDA_SUCCESS {
+		panic(cu.Result(r))
+	}
+}
+
+// ctxCreate creates a context on dev whose synchronising calls block the
+// thread instead of spinning, leaving the CPU to the I/O goroutines.
+func ctxCreate(dev cu.Device) cu.Context {
+	return cu.CtxCreate(uint(C.CU_CTX_SCHED_BLOCKING_SYNC), dev)
+}
+
+type event uintptr
+
+func eventCreate() event {
+	var ev C.CUevent
+	check(C.cuEventCreate(&ev, C.CU_EVENT_DISABLE_TIMING))
+	return *(*event)(unsafe.Pointer(&ev))
+}
+
+// c and streamC reinterpret the handles, which mumax and this file keep as
+// uintptr, as the C pointer types (same size; no Go pointer involved).
+func (ev event) c() C.CUevent { return *(*C.CUevent)(unsafe.Pointer(&ev)) }
+
+func streamC(s cu.Stream) C.CUstream { return *(*C.CUstream)(unsafe.Pointer(&s)) }
+
+// record marks the point of stream s that ev completes at.
+func (ev event) record(s cu.Stream) { check(C.cuEventRecord(ev.c(), streamC(s))) }
+
+// synchronize blocks until ev has completed.
+func (ev event) synchronize() { check(C.cuEventSynchronize(ev.c())) }
+
+func (ev event) destroy() { check(C.cuEventDestroy(ev.c())) }
+
+// streamWait makes later work on s wait for ev, without blocking the host.
+func streamWait(s cu.Stream, ev event) { check(C.cuStreamWaitEvent(streamC(s), ev.c(), 0)) }
+
+// planMany2D creates a cuFFT plan for batch contiguous h x w transforms.
+func planMany2D(typ cufft.Type, h, w, batch int) cufft.Handle {
+	var handle C.cufftHandle
+	n := [2]C.int{C.int(h), C.int(w)}
+	if r := C.cufftPlanMany(&handle, 2, &n[0], nil, 1, 0, nil, 1, 0, C.cufftType(typ), C.int(batch)); r != C.CUFFT_SUCCESS {
+		panic(cufft.Result(r))
+	}
+	return cufft.Handle(handle)
+}
