@@ -10,8 +10,18 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
+
+// LoopTol is the largest closure error, px per component, of a 2x2 loop
+// of first-pass translations whose four translations are then Consistent
+// (step 6 of Align). Sub-pixel translations err by at most 0.2 px each
+// (aligntest.SubpixelMaxErr), 0.8 px around a loop; integer ones by under
+// 0.5 each, so a loop of correct integer translations closes to -1, 0 or 1.
+// A wrong translation is a PCM peak of an edge or of noise, several px to
+// tens of px away.
+const LoopTol = 1.0
 
 // GridPos is a tile's cell in the acquisition grid, 0-based.
 type GridPos struct {
@@ -26,18 +36,27 @@ type Result struct {
 	Pairs     []Pair
 	// First holds the translations as measured by the PairTranslator.
 	First []Translation
-	// Translations are the final ones: the measured translation for valid
-	// pairs; for the others the stage model (row/column median of valid
-	// ones) with NCC -1, or, when a hill-climb near the stage model found an
-	// NCC above Threshold, that translation and NCC (Refined).
+	// Translations are the final ones: the measured translation for trusted
+	// pairs; for the others the stage model (row/column median of trusted
+	// ones) with NCC -1, or, when a hill-climb near the stage model found a
+	// textured NCC maximum above Threshold, that translation and NCC
+	// (Refined).
 	Translations []Translation
 	Valid        []bool // passed every MIST filter
-	Refined      []bool // invalid, replaced, then re-measured near the model
+	// Consistent: the first-pass translation closes a 2x2 loop of the grid
+	// (step 6); kept as measured whether Valid or not.
+	Consistent []bool
+	// Trusted: Consistent, or Valid with texture (step 6); kept as measured.
+	Trusted []bool
+	Refined []bool // not Trusted, replaced, then re-measured near the model
 	// Threshold is the NCC threshold actually used (adaptive).
 	Threshold float64
-	// Repeatability is MIST's r, px: the search radius around the stage
-	// model and the tolerance of the per-row/column median check.
+	// Repeatability is MIST's r, px: the tolerance of the per-row/column
+	// median check.
 	Repeatability int
+	// SearchRadius is the half-width of the refinement box around the stage
+	// model, px (step 8).
+	SearchRadius int
 	// Tree lists the indices of the pairs in the maximum spanning tree.
 	Tree []int
 }
@@ -100,21 +119,50 @@ func Pairs(rows, cols int, grid []GridPos) []Pair {
 //  5. Valid3: Valid2 and both components within r of the median of the
 //     Valid2 translations of the same column (Left pairs, column of B) or
 //     row (Top pairs, row of B).
-//  6. Invalid pairs get the median of the Valid3 translations of their
-//     column/row, else of their direction, else the nominal translation from
-//     Params.Overlap (the original's last resort, the median of all raw
-//     measurements, is by then known to be untrusted), with NCC −1.
-//  7. Refinement: each replaced translation is hill-climbed on NCC within
-//     ±r of the model. The result is kept (Refined) only if its NCC exceeds
-//     the threshold and it is a local maximum inside the search box, not on
-//     its edge; otherwise the model stays. (The original kept whatever the
-//     climb found: on a textureless overlap a random walk, and when the true
-//     translation lies beyond r a point on the box edge that is not a
-//     measurement.)
-//     Valid translations are not climbed again: the translator already
+//  6. Trust (an addition): a first-pass translation is trusted when it is
+//     Consistent, or Valid and textured. Textured: TextureNCC at the
+//     translation above TextureMin, i.e. the overlap shares texture there
+//     and not only a smooth gradient (NCC is high on a background ramp or
+//     tissue edge at many translations). Consistent: it is in a 2x2 block
+//     of the grid whose four pairs are all textured with NCC above the
+//     threshold and whose first-pass translations sum to zero around the
+//     block, Left(r,c) + Top(r,c+1) − Top(r,c) − Left(r+1,c), within
+//     LoopTol per component. Consistent translations are kept as measured,
+//     Valid or not: steps 2-5 judge a translation by its distance from the
+//     stage model, and when the stage moves by more than pou (Valid1) or r
+//     (Valid3) they rejected correct translations with NCC near 1 and put
+//     a model several px off in their place (synthetic CODEX 5x6 mosaic of
+//     160x200 px tiles, pou 0.5 % = 1 px, stage jitter 1.5 px: 39 of 49
+//     pairs rejected, 33 of them measured to within 0.02 px; 18 of these
+//     kept a model 2.8-8.6 px off, and tile positions were off by up to
+//     3.4 px). A wrong translation (a PCM peak of an edge or of noise) is
+//     px to tens of px off and breaks every loop it is in.
+//  7. Untrusted pairs get the median of the trusted translations of their
+//     column/row, else of their direction, else the nominal translation
+//     from Params.Overlap (the original's last resort, the median of all
+//     raw measurements, is by then known to be untrusted), with NCC −1.
+//  8. Refinement: each replaced translation is hill-climbed on NCC within
+//     ±R of the model, R = 2·max(r, r') with r' the repeatability of step
+//     4 computed over the trusted translations; the climb starts from the
+//     model and, when it lies in the box, from the first-pass translation,
+//     and the higher NCC wins. The result is kept (Refined) only if its NCC
+//     exceeds the threshold, it is a local maximum inside the box, not on
+//     its edge, and it is textured; otherwise the model stays. (The
+//     original climbed from the model within ±r and kept whatever it
+//     found: on a textureless overlap a random walk or a point on a
+//     background edge, and when the true translation lies beyond r a point
+//     on the box edge that is not a measurement. r' sees the stage moves
+//     that the loop check confirmed beyond pou or r. r and r' are half the
+//     range of the translations seen; the model of a row or column with
+//     one or two trusted translations can sit at one end of that range and
+//     the pair at the other, so the box spans the whole range either way.
+//     The texture test keeps the larger box from catching NCC maxima of
+//     smooth gradients: on the synthetic 5x6 mosaic, uncorrected tiles,
+//     one such maximum was 8 px off.)
+//     Trusted translations are not climbed again: the translator already
 //     returns an NCC local maximum (and its sub-pixel peak).
-//  8. Maximum spanning tree (Kruskal, ties by pair order) with weight
-//     NCC + 10 for valid pairs; positions by traversal from tile 0;
+//  9. Maximum spanning tree (Kruskal, ties by pair order) with weight
+//     NCC + 10 for trusted pairs; positions by traversal from tile 0;
 //     shifted so the minimum is 0. Positions stay real-valued (the original
 //     truncated to int32); grid components not connected to tile 0 are
 //     placed by the stage model.
@@ -149,15 +197,19 @@ func Align(ctx context.Context, tr PairTranslator, tiles []*raster.Float32, rows
 	h, w := tiles[0].H, tiles[0].W
 	m := &mist{pairs: pairs, grid: grid, first: first, h: h, w: w, p: p}
 	m.filter()
+	if err := m.trust(ctx, tiles); err != nil {
+		return Result{}, err
+	}
 	final, refined, err := m.replace(ctx, tiles)
 	if err != nil {
 		return Result{}, err
 	}
-	tree := spanningTree(len(tiles), pairs, final, m.valid3)
+	tree := spanningTree(len(tiles), pairs, final, m.trusted)
 	pos := place(len(tiles), grid, pairs, final, tree, m.model())
 	return Result{
 		Positions: pos, Pairs: pairs, First: first, Translations: final,
-		Valid: m.valid3, Refined: refined, Threshold: m.thr, Repeatability: m.r, Tree: tree,
+		Valid: m.valid3, Consistent: m.consistent, Trusted: m.trusted, Refined: refined, Threshold: m.thr,
+		Repeatability: m.r, SearchRadius: m.radius, Tree: tree,
 	}, nil
 }
 
@@ -170,8 +222,14 @@ type mist struct {
 	p      Params
 	thr    float64
 	r      int
+	radius int // refinement half-width R, px
 	valid3 []bool
-	// medians of valid3 translations per (direction, group) and direction
+	// texture: TextureNCC at the first-pass translation (0 when its NCC is
+	// not above the threshold); consistent: closes a 2x2 loop (step 6);
+	// trusted: consistent, or valid3 with texture
+	texture             []float64
+	consistent, trusted []bool
+	// medians of trusted translations per (direction, group) and direction
 	groupMed map[[2]int][2]float64
 	dirMed   [2]*[2]float64
 }
@@ -258,26 +316,7 @@ func (m *mist) filter() {
 		}
 	}
 	// 4. repeatability
-	r, any2 := 0.0, false
-	for _, dir := range []Direction{Left, Top} {
-		var prim []float64
-		other := map[int][]float64{}
-		for i, pr := range m.pairs {
-			if pr.Dir == dir && valid[i] {
-				a, b := components(m.first[i], dir)
-				prim = append(prim, a)
-				other[m.group(i)] = append(other[m.group(i)], b)
-			}
-		}
-		if len(prim) == 0 {
-			continue
-		}
-		any2 = true
-		r = max(r, math.Ceil(spread(prim)/2))
-		for _, v := range other {
-			r = max(r, math.Ceil(spread(v)/2))
-		}
-	}
+	r, any2 := m.repeatability(valid)
 	if !any2 {
 		r = math.Ceil(m.p.POU / 100 * float64(max(m.h, m.w)))
 	}
@@ -293,12 +332,45 @@ func (m *mist) filter() {
 		t := m.first[i]
 		m.valid3[i] = math.Abs(t.DY-md[0]) <= float64(m.r) && math.Abs(t.DX-md[1]) <= float64(m.r) && t.NCC > m.thr
 	}
-	// medians of Valid3, used for replacement and the stage model
-	m.groupMed = m.medians(m.valid3)
+	m.trusted = m.valid3
+	m.setModel()
+}
+
+// trust is step 6 of Align: the texture and loop checks, then the stage
+// model and the refinement radius from the trusted translations.
+func (m *mist) trust(ctx context.Context, tiles []*raster.Float32) error {
+	n := len(m.pairs)
+	m.texture = make([]float64, n)
+	err := par.ForEach(ctx, n, runtime.GOMAXPROCS(0), func(i int) error {
+		if f := m.first[i]; finite(f) && f.NCC > m.thr {
+			pr := m.pairs[i]
+			m.texture[i] = TextureNCC(tiles[pr.A], tiles[pr.B], int(math.Round(f.DY)), int(math.Round(f.DX)))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("align: texture check: %w", err)
+	}
+	m.consistent = m.loops()
+	m.trusted = make([]bool, n)
+	for i := range m.trusted {
+		m.trusted[i] = m.consistent[i] || m.valid3[i] && m.texture[i] > TextureMin
+	}
+	m.setModel()
+	rt, _ := m.repeatability(m.trusted)
+	m.radius = 2 * max(m.r, int(rt))
+	return nil
+}
+
+// setModel computes the medians of the trusted translations per group and
+// per direction (the stage model).
+func (m *mist) setModel() {
+	m.groupMed = m.medians(m.trusted)
+	m.dirMed = [2]*[2]float64{}
 	for _, dir := range []Direction{Left, Top} {
 		var ys, xs []float64
 		for i, pr := range m.pairs {
-			if pr.Dir == dir && m.valid3[i] {
+			if pr.Dir == dir && m.trusted[i] {
 				ys, xs = append(ys, m.first[i].DY), append(xs, m.first[i].DX)
 			}
 		}
@@ -306,6 +378,71 @@ func (m *mist) filter() {
 			m.dirMed[dir] = &[2]float64{median(ys), median(xs)}
 		}
 	}
+}
+
+// repeatability returns MIST's r (step 4 of Align) over the selected
+// first-pass translations, and whether any was selected.
+func (m *mist) repeatability(sel []bool) (float64, bool) {
+	r, found := 0.0, false
+	for _, dir := range []Direction{Left, Top} {
+		var prim []float64
+		other := map[int][]float64{}
+		for i, pr := range m.pairs {
+			if pr.Dir == dir && sel[i] {
+				a, b := components(m.first[i], dir)
+				prim = append(prim, a)
+				other[m.group(i)] = append(other[m.group(i)], b)
+			}
+		}
+		if len(prim) == 0 {
+			continue
+		}
+		found = true
+		r = max(r, math.Ceil(spread(prim)/2))
+		for _, v := range other {
+			r = max(r, math.Ceil(spread(v)/2))
+		}
+	}
+	return r, found
+}
+
+// loops returns which pairs close a 2x2 loop of the grid (step 6 of
+// Align): all four first-pass NCCs above the threshold and both components
+// of the closure within LoopTol.
+func (m *mist) loops() []bool {
+	out := make([]bool, len(m.pairs))
+	// pair index by (A, direction)
+	from := make(map[[2]int]int, len(m.pairs))
+	for i, pr := range m.pairs {
+		from[[2]int{pr.A, int(pr.Dir)}] = i
+	}
+	get := func(a int, d Direction) (int, bool) {
+		i, ok := from[[2]int{a, int(d)}]
+		return i, ok
+	}
+	ok := func(i int) bool { return finite(m.first[i]) && m.first[i].NCC > m.thr && m.texture[i] > TextureMin }
+	for a := range m.grid {
+		l0, ok1 := get(a, Left) // (r, c) -> (r, c+1)
+		t0, ok2 := get(a, Top)  // (r, c) -> (r+1, c)
+		if !ok1 || !ok2 {
+			continue
+		}
+		t1, ok3 := get(m.pairs[l0].B, Top)  // (r, c+1) -> (r+1, c+1)
+		l1, ok4 := get(m.pairs[t0].B, Left) // (r+1, c) -> (r+1, c+1)
+		if !ok3 || !ok4 || m.pairs[t1].B != m.pairs[l1].B {
+			continue
+		}
+		if !ok(l0) || !ok(t0) || !ok(t1) || !ok(l1) {
+			continue
+		}
+		f := m.first
+		cy := f[l0].DY + f[t1].DY - f[t0].DY - f[l1].DY
+		cx := f[l0].DX + f[t1].DX - f[t0].DX - f[l1].DX
+		if math.Abs(cy) <= LoopTol && math.Abs(cx) <= LoopTol {
+			out[l0], out[t0], out[t1], out[l1] = true, true, true, true
+		}
+	}
+	return out
 }
 
 // medians returns the (DY, DX) medians of the selected first-pass
@@ -327,7 +464,7 @@ func (m *mist) medians(sel []bool) map[[2]int][2]float64 {
 	return out
 }
 
-// estimate is the stage-model translation of pair i: the Valid3 median of
+// estimate is the stage-model translation of pair i: the trusted median of
 // its group, else of its direction, else the nominal translation.
 func (m *mist) estimate(i int) Translation {
 	pr := m.pairs[i]
@@ -362,7 +499,7 @@ func (m *mist) replace(ctx context.Context, tiles []*raster.Float32) ([]Translat
 	refined := make([]bool, len(m.pairs))
 	var todo []int
 	for i := range m.pairs {
-		if m.valid3[i] {
+		if m.trusted[i] {
 			final[i] = m.first[i]
 		} else {
 			final[i] = m.estimate(i)
@@ -392,22 +529,46 @@ func (m *mist) replace(ctx context.Context, tiles []*raster.Float32) ([]Translat
 	return final, refined, nil
 }
 
-// refine hill-climbs pair i's NCC from the model estimate est within ±r and
-// reports the result when its NCC exceeds the threshold.
+// refine hill-climbs pair i's NCC within ±radius of the model estimate
+// est, from est and from the first-pass translation when it lies in the
+// box, and reports the best local maximum inside the box (not on its edge)
+// when its NCC exceeds the threshold and it is textured (step 8 of Align).
 func (m *mist) refine(tiles []*raster.Float32, i int, est Translation) (Translation, bool) {
 	pr := m.pairs[i]
 	g := newGeometry(m.h, m.w, pr.Dir, m.p.Overlap)
 	s := newScorer(tiles[pr.A], tiles[pr.B], g)
-	y, x := int(math.Round(est.DY)), int(math.Round(est.DX))
-	v, ok := s.score(y, x)
-	if !ok {
+	y0, x0 := int(math.Round(est.DY)), int(math.Round(est.DX))
+	bx := &box{y0 - m.radius, y0 + m.radius, x0 - m.radius, x0 + m.radius}
+	starts := [][2]int{{y0, x0}}
+	if f := m.first[i]; finite(f) {
+		fy, fx := int(math.Round(f.DY)), int(math.Round(f.DX))
+		if bx.contains(fy, fx) && (fy != y0 || fx != x0) {
+			starts = append(starts, [2]int{fy, fx})
+		}
+	}
+	found := false
+	var y, x int
+	var v float64
+	for _, st := range starts {
+		sv, ok := s.score(st[0], st[1])
+		if !ok {
+			continue
+		}
+		cy, cx, cv := s.climb(st[0], st[1], sv, bx)
+		if cy == bx.y0 || cy == bx.y1 || cx == bx.x0 || cx == bx.x1 {
+			// stopped at the edge of the search box: not a local maximum
+			continue
+		}
+		if !found || cv > v {
+			y, x, v, found = cy, cx, cv, true
+		}
+	}
+	if !found || !(v > m.thr) {
+		// no local maximum above the threshold: no measurement, keep the model
 		return Translation{}, false
 	}
-	bx := &box{y - m.r, y + m.r, x - m.r, x + m.r}
-	y, x, v = s.climb(y, x, v, bx)
-	if !(v > m.thr) || y == bx.y0 || y == bx.y1 || x == bx.x0 || x == bx.x1 {
-		// below threshold, or stopped at the edge of the search box, so
-		// not a local maximum: no measurement, keep the model
+	if !(TextureNCC(tiles[pr.A], tiles[pr.B], y, x) > TextureMin) {
+		// the NCC follows a smooth gradient, not shared texture
 		return Translation{}, false
 	}
 	t := Translation{DY: float64(y), DX: float64(x), NCC: v}
@@ -418,7 +579,8 @@ func (m *mist) refine(tiles []*raster.Float32, i int, est Translation) (Translat
 }
 
 // spanningTree returns the pair indices of a maximum spanning forest with
-// weights NCC (+10 when valid), by Kruskal; equal weights keep pair order.
+// weights NCC (+10 when valid, that is trusted), by Kruskal; equal weights
+// keep pair order.
 func spanningTree(n int, pairs []Pair, t []Translation, valid []bool) []int {
 	wt := func(i int) float64 {
 		v := t[i].NCC

@@ -181,7 +181,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}()
 
-	done := 0
+	done, fallbacks := 0, 0
 	for b := range batches {
 		if b.err != nil {
 			return nil, b.err
@@ -208,6 +208,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				prof = &profs[k]
 				k++
 			}
+			if uniformFlat(prof) {
+				// BaSiC's own guard (a flatfield with negative values is
+				// replaced by ones): the plane is corrected for darkfield only.
+				fallbacks++
+				lg.Warn("BaSiC flatfield fell back to uniform (the fit gave negative values); plane corrected for darkfield only",
+					"cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
+			}
 			t0 := time.Now()
 			mosaic, err := o.Engine.CorrectAndBlend(ctx, b.tiles[i], prof, flatMin, pos, blendP)
 			if err != nil {
@@ -221,7 +228,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				return nil, err
 			}
 			done++
-			lg.Debug("plane done", "cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "done", done, "of", len(planes))
+			lg.Debug("plane done", "cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "done", done, "of", len(planes),
+				"basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
 		}
 		lg.Info("progress", "cycle", o.Cycle, "planes", fmt.Sprintf("%d/%d", done, len(planes)), "elapsed_s", fmt.Sprintf("%.1f", since(start)))
 	}
@@ -234,7 +242,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	tm.Read += readSecs
 	tm.Write = w.seconds()
 	tm.Total = since(start)
-	if err := writeSentinel(filepath.Join(stage.dir, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm); err != nil {
+	if err := writeSentinel(filepath.Join(stage.dir, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm, fallbacks); err != nil {
 		return nil, err
 	}
 	if err := stage.commit(); err != nil {
@@ -261,6 +269,16 @@ func alignTiles(ctx context.Context, o Options, cyc *dataset.Cycle, tiles []*ras
 		return nil, fmt.Errorf("cycle %d: align tiles: %w", o.Cycle, err)
 	}
 	return res.Positions, nil
+}
+
+// uniformFlat reports whether a fit returned the all-ones flatfield.
+func uniformFlat(p *basic.Profile) bool {
+	for _, v := range p.Flatfield {
+		if v != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
@@ -319,7 +337,7 @@ func (s *staging) abort() {
 }
 
 // sentinel lines in the original's key=value form.
-func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings) error {
+func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings, fallbacks int) error {
 	chs := make([]string, len(cyc.Channels))
 	for i, c := range cyc.Channels {
 		chs[i] = fmt.Sprint(c)
@@ -334,6 +352,7 @@ func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm
 		fmt.Sprintf("duration_minutes=%.2f", tm.Total/60),
 		"engine=" + engine,
 		fmt.Sprintf("workers=%d", o.Workers),
+		fmt.Sprintf("basic_uniform_fallbacks=%d", fallbacks),
 	}, "\n") + "\n"
 	return writeText(path, text)
 }

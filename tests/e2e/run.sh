@@ -172,6 +172,7 @@ for raw in sorted(glob.glob(os.path.join(raw_root, "cyc*"))):
         if kv.get("stage") != "stitch" or kv.get("cycle") != str(cyc):
             fails.append(f"{sentinel}: stage/cycle {kv.get('stage')}/{kv.get('cycle')}, want stitch/{cyc}")
     pos_path = os.path.join(out, "tile_positions.csv")
+    want_shape = None  # the mosaic spans the fitted tile positions: (max y_pos + H, max x_pos + W)
     if os.path.isfile(pos_path):
         rows = list(csv.DictReader(open(pos_path)))
         if [int(r["tile"]) for r in rows] != tiles:
@@ -181,7 +182,6 @@ for raw in sorted(glob.glob(os.path.join(raw_root, "cyc*"))):
             fails.append(f"{pos_path}: min y_pos/x_pos {min(ys)}/{min(xs)}, want 0/0")
         if rows:
             want_shape = (max(ys) + th, max(xs) + tw)
-    want_shape = None  # the mosaic spans the fitted tile positions: (max y_pos + H, max x_pos + W)
     for ch in chs:
         for z in zs:
             p = os.path.join(out, f"CH{ch}", f"{z:02d}.tif")

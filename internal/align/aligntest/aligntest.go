@@ -78,6 +78,7 @@ func Run(t *testing.T, tr align.PairTranslator) {
 	t.Run("OddSizes", func(t *testing.T) { testOddSizes(t, tr) })
 	t.Run("Align", func(t *testing.T) { testAlign(t, tr) })
 	t.Run("AlignRecoversBlunder", func(t *testing.T) { testAlignBlunder(t, tr) })
+	t.Run("AlignStageBeyondPOU", func(t *testing.T) { testAlignBeyondPOU(t, tr) })
 	t.Run("Deterministic", func(t *testing.T) { testDeterministic(t, tr) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, tr) })
 }
@@ -361,6 +362,60 @@ func testAlignBlunder(t *testing.T, tr align.PairTranslator) {
 		if !m.EmptyTile[i] && e > PositionMaxErr {
 			t.Errorf("tile %d: position error %.3f px > %.2f with a blunder on pair %d", i, e, PositionMaxErr, k)
 		}
+	}
+}
+
+// testAlignBeyondPOU runs Align with a pou far below the stage jitter
+// (0.5 % of 200-240 px, 1-1.2 px, for pair translations that vary by up to
+// 2·jitter = 8 px), as when a configuration's pou does not match the
+// stage: the MIST filters then reject most correct translations, and the
+// loop check must keep them (every textured pair measured, none left at
+// the stage model), so that positions are as accurate as with a matching
+// pou.
+func testAlignBeyondPOU(t *testing.T, tr align.PairTranslator) {
+	m := StandardMosaic(6, 0.02, false)
+	p := StandardParams(true)
+	p.POU = 0.5
+	res, err := align.Align(context.Background(), tr, m.Tiles, m.Cfg.Rows, m.Cfg.Cols, m.Grid, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nValid, nTrusted := 0, 0
+	for i := range m.Pairs {
+		if m.Textureless[i] {
+			if res.Trusted[i] || res.Refined[i] {
+				t.Errorf("textureless pair %d %+v: trusted %v refined %v, want the stage model", i, m.Pairs[i], res.Trusted[i], res.Refined[i])
+			}
+			continue
+		}
+		if res.Valid[i] {
+			nValid++
+		}
+		if res.Trusted[i] {
+			nTrusted++
+		}
+		dy, dx := m.TrueTranslation(i)
+		f := res.Translations[i]
+		if !res.Trusted[i] && !res.Refined[i] {
+			t.Errorf("textured pair %d %+v left at the stage model (%.2f, %.2f), true (%.2f, %.2f)", i, m.Pairs[i], f.DY, f.DX, dy, dx)
+			continue
+		}
+		if e := math.Hypot(f.DY-dy, f.DX-dx); e > SubpixelMaxErr {
+			t.Errorf("textured pair %d %+v (trusted %v refined %v): final (%.3f, %.3f), true (%.3f, %.3f), error %.3f > %.2f",
+				i, m.Pairs[i], res.Trusted[i], res.Refined[i], f.DY, f.DX, dy, dx, e, SubpixelMaxErr)
+		}
+	}
+	errs := PositionErrors(m, res.Positions)
+	worst, at := 0.0, -1
+	for i, e := range errs {
+		if !m.EmptyTile[i] && (e > worst || at < 0) {
+			worst, at = e, i
+		}
+	}
+	t.Logf("pou 0.5 %%: %d textured pairs valid (MIST), %d trusted; r %d px, search radius %d px; position error max %.3f px (tile %d)",
+		nValid, nTrusted, res.Repeatability, res.SearchRadius, worst, at)
+	if worst > PositionMaxErr {
+		t.Errorf("position error %.3f px at tile %d > %.2f: got %+v, truth %+v", worst, at, PositionMaxErr, res.Positions[at], m.Truth[at])
 	}
 }
 
