@@ -92,7 +92,9 @@ func Preset(name string) (Options, error) {
 		o.NZ, o.NChannels, o.NCycles = 5, 2, 3
 		o.FocusRange = 1
 		o.CycleShiftPx = 8
-		o.EmptyTiles = 1
+		// Every tile shows tissue: with 6 tiles, an empty one has no
+		// textured overlap and only the stage model could place it.
+		o.EmptyTiles = 0
 	case "small":
 		o.Rows, o.Cols, o.TileH, o.TileW = 3, 3, 360, 480
 		o.NZ, o.NChannels, o.NCycles = 7, 4, 2
