@@ -78,7 +78,7 @@ func (c CPU) Translate(ctx context.Context, tiles []*raster.Float32, pairs []Pai
 }
 
 func translateAll(ctx context.Context, tiles []*raster.Float32, pairs []Pair, p Params, workers int, crop bool) ([]Translation, error) {
-	if err := checkInputs(tiles, pairs, p); err != nil {
+	if err := CheckInputs(tiles, pairs, p); err != nil {
 		return nil, err
 	}
 	out := make([]Translation, len(pairs))
@@ -112,7 +112,9 @@ func translateAll(ctx context.Context, tiles []*raster.Float32, pairs []Pair, p 
 	return out, nil
 }
 
-func checkInputs(tiles []*raster.Float32, pairs []Pair, p Params) error {
+// CheckInputs validates the arguments of a PairTranslator.Translate call;
+// every implementation calls it first.
+func CheckInputs(tiles []*raster.Float32, pairs []Pair, p Params) error {
 	if !(p.Overlap > 0 && p.Overlap < 1) {
 		return fmt.Errorf("align: overlap %g not in (0, 1)", p.Overlap)
 	}

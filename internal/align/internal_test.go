@@ -208,7 +208,7 @@ func TestQuadPeak(t *testing.T) {
 			s[i][j] = f(float64(i-1), float64(j-1))
 		}
 	}
-	oy, ox, ok := quadPeak(&s)
+	oy, ox, ok := QuadPeak(&s)
 	if !ok || math.Abs(oy-y0) > 1e-12 || math.Abs(ox-x0) > 1e-12 {
 		t.Errorf("quadPeak = (%g, %g, %v), want (%g, %g)", oy, ox, ok, y0, x0)
 	}
@@ -219,7 +219,7 @@ func TestQuadPeak(t *testing.T) {
 			s[i][j] = u*u - v*v
 		}
 	}
-	if _, _, ok := quadPeak(&s); ok {
+	if _, _, ok := QuadPeak(&s); ok {
 		t.Error("quadPeak accepted a saddle")
 	}
 }

@@ -173,7 +173,7 @@ func Align(ctx context.Context, tr PairTranslator, tiles []*raster.Float32, rows
 	if len(grid) != len(tiles) {
 		return Result{}, fmt.Errorf("align: %d grid cells for %d tiles", len(grid), len(tiles))
 	}
-	if err := checkInputs(tiles, nil, p); err != nil {
+	if err := CheckInputs(tiles, nil, p); err != nil {
 		return Result{}, err
 	}
 	seen := make(map[GridPos]int, len(grid))

@@ -209,18 +209,18 @@ func (s *scorer) subpixel(y, x int) (float64, float64) {
 			}
 		}
 	}
-	oy, ox, ok := quadPeak(&f)
+	oy, ox, ok := QuadPeak(&f)
 	if !ok {
 		return float64(y), float64(x)
 	}
 	return float64(y) + oy, float64(x) + ox
 }
 
-// quadPeak fits f(u, v) = c + gy u + gx v + ayy (u²-2/3) + axx (v²-2/3) +
+// QuadPeak fits f(u, v) = c + gy u + gx v + ayy (u²-2/3) + axx (v²-2/3) +
 // axy u v to 3x3 samples f[u+1][v+1], u, v in {-1, 0, 1}, by least squares
 // (the basis is orthogonal on the 3x3 grid, so each coefficient is one
 // projection), and returns the stationary point when it is a maximum.
-func quadPeak(f *[3][3]float64) (oy, ox float64, ok bool) {
+func QuadPeak(f *[3][3]float64) (oy, ox float64, ok bool) {
 	var gy, gx, ayy, axx, axy float64
 	for i := range 3 {
 		for j := range 3 {

@@ -32,7 +32,7 @@ func (c CPU) Fit(ctx context.Context, stacks []*raster.Stack, p Params) ([]Profi
 		return nil, err
 	}
 	for i, st := range stacks {
-		if err := checkStack(st); err != nil {
+		if err := CheckStack(st); err != nil {
 			return nil, fmt.Errorf("basic: stack %d: %w", i, err)
 		}
 	}
@@ -95,7 +95,9 @@ func (c CPU) Fit(ctx context.Context, stacks []*raster.Stack, p Params) ([]Profi
 	return out, nil
 }
 
-func checkStack(st *raster.Stack) error {
+// CheckStack validates one stack given to a Fitter: at least 2 images of
+// at least 1x1 px, pixel count matching; every implementation calls it.
+func CheckStack(st *raster.Stack) error {
 	switch {
 	case st == nil:
 		return errors.New("nil stack")

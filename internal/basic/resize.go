@@ -43,6 +43,14 @@ func reflectIndex(i, n int) int {
 	return i
 }
 
+// AxisWeights returns the sparse weights of one axis of the resize from in
+// to out samples: output i = sum over k < n[i] of w[off[i]+k] * input[start[i]+k].
+// A GPU implementation applies them to reproduce this resize exactly.
+func AxisWeights(in, out int) (start, n, off []int, w []float64) {
+	k := newAxisKernel(in, out)
+	return k.start, k.n, k.off, k.w
+}
+
 // newAxisKernel builds the weights for resampling an axis of length in to
 // length out.
 func newAxisKernel(in, out int) *axisKernel {

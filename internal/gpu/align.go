@@ -27,7 +27,7 @@ const npk = 4 // = align.NPeaks, the kernels' NPK (checked at run time)
 
 // Translate implements align.PairTranslator.
 func (t *Translator) Translate(ctx context.Context, tiles []*raster.Float32, pairs []align.Pair, p align.Params) ([]align.Translation, error) {
-	if err := checkAlignInputs(tiles, pairs, p); err != nil {
+	if err := align.CheckInputs(tiles, pairs, p); err != nil {
 		return nil, err
 	}
 	out := make([]align.Translation, len(pairs))
@@ -251,7 +251,7 @@ func (s *pairState) subpixel() (float64, float64) {
 			}
 		}
 	}
-	oy, ox, ok := quadPeak(&f)
+	oy, ox, ok := align.QuadPeak(&f)
 	if !ok {
 		return float64(s.y), float64(s.x)
 	}

@@ -1,11 +1,9 @@
 package gpu
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
 // Host-side geometry of the GPU translator: the same crop, window,
@@ -145,63 +143,4 @@ func overlapPixels(h, w, dy, dx int) float64 {
 		return 0
 	}
 	return float64(oy) * float64(ox)
-}
-
-// quadPeak fits a 2-D quadratic to 3x3 samples and returns its stationary
-// point when it is a maximum, offsets clamped to ±0.5 (align's sub-pixel
-// rule).
-func quadPeak(f *[3][3]float64) (oy, ox float64, ok bool) {
-	var gy, gx, ayy, axx, axy float64
-	for i := range 3 {
-		for j := range 3 {
-			u, v, w := float64(i-1), float64(j-1), f[i][j]
-			gy += w * u
-			gx += w * v
-			ayy += w * (u*u - 2.0/3)
-			axx += w * (v*v - 2.0/3)
-			axy += w * u * v
-		}
-	}
-	gy /= 6
-	gx /= 6
-	ayy /= 2
-	axx /= 2
-	axy /= 4
-	hyy, hxx, hxy := 2*ayy, 2*axx, axy
-	det := hyy*hxx - hxy*hxy
-	if !(hyy < 0) || !(det > 0) {
-		return 0, 0, false
-	}
-	oy = (-gy*hxx + gx*hxy) / det
-	ox = (-gx*hyy + gy*hxy) / det
-	return max(-0.5, min(0.5, oy)), max(-0.5, min(0.5, ox)), true
-}
-
-func checkAlignInputs(tiles []*raster.Float32, pairs []align.Pair, p align.Params) error {
-	if !(p.Overlap > 0 && p.Overlap < 1) {
-		return fmt.Errorf("align: overlap %g not in (0, 1)", p.Overlap)
-	}
-	if !(p.POU >= 0) || math.IsInf(p.POU, 0) {
-		return fmt.Errorf("align: pou %g not a finite value >= 0", p.POU)
-	}
-	if len(tiles) == 0 {
-		return fmt.Errorf("align: no tiles")
-	}
-	for i, t := range tiles {
-		if t == nil || t.W <= 0 || t.H <= 0 || len(t.Pix) != t.W*t.H {
-			return fmt.Errorf("align: tile %d is empty or malformed", i)
-		}
-		if t.W != tiles[0].W || t.H != tiles[0].H {
-			return fmt.Errorf("align: tile %d is %dx%d, tile 0 is %dx%d", i, t.W, t.H, tiles[0].W, tiles[0].H)
-		}
-	}
-	for i, pr := range pairs {
-		if pr.A < 0 || pr.A >= len(tiles) || pr.B < 0 || pr.B >= len(tiles) || pr.A == pr.B {
-			return fmt.Errorf("align: pair %d has tile indices %d, %d out of range [0, %d)", i, pr.A, pr.B, len(tiles))
-		}
-		if pr.Dir != align.Left && pr.Dir != align.Top {
-			return fmt.Errorf("align: pair %d has invalid direction %d", i, pr.Dir)
-		}
-	}
-	return nil
 }

@@ -38,7 +38,7 @@ func (b *BaSiC) Fit(ctx context.Context, stacks []*raster.Stack, p basic.Params)
 	}
 	ins := make([]fitInput, len(stacks))
 	for i, st := range stacks {
-		if err := checkStack(st); err != nil {
+		if err := basic.CheckStack(st); err != nil {
 			return nil, fmt.Errorf("basic: stack %d: %w", i, err)
 		}
 		ins[i] = fitInput{n: st.N, h: st.H, w: st.W, f32: st.Pix}
@@ -75,18 +75,6 @@ func (e *Engine) Fit(ctx context.Context, planes [][]*raster.Gray16, p basic.Par
 // FitGray16 is Fit under the name the brief uses.
 func (e *Engine) FitGray16(ctx context.Context, planes [][]*raster.Gray16, p basic.Params) ([]basic.Profile, error) {
 	return e.Fit(ctx, planes, p)
-}
-
-func checkStack(st *raster.Stack) error {
-	switch {
-	case st == nil:
-		return errors.New("nil stack")
-	case st.N < 2 || st.H < 1 || st.W < 1:
-		return fmt.Errorf("need at least 2 images of at least 1x1 px, got %dx%dx%d (n, y, x)", st.N, st.H, st.W)
-	case len(st.Pix) != st.N*st.H*st.W:
-		return fmt.Errorf("pixel count %d does not match %dx%dx%d", len(st.Pix), st.N, st.H, st.W)
-	}
-	return nil
 }
 
 // fitInput is one stack: n images of h x w, either one float32 slice (n*h*w)
