@@ -170,9 +170,12 @@ func DeviceFlag() cli.Flag {
 		Usage: "compute device: gpu (default; fails if no usable GPU) or cpu (reference path, only when asked for)"}
 }
 
-// ParseDevice validates a --device value.
+// ParseDevice validates a --device value; empty (an exported but empty
+// KINTSUGI_DEVICE_MODE) means the default, gpu.
 func ParseDevice(s string) (Device, error) {
 	switch Device(strings.ToLower(strings.TrimSpace(s))) {
+	case "":
+		return DeviceGPU, nil
 	case DeviceGPU:
 		return DeviceGPU, nil
 	case DeviceCPU:
@@ -193,6 +196,7 @@ func Main(app *cli.App) {
 	if lg, err := NewLogger(os.Stderr, "auto", "info"); err == nil {
 		slog.SetDefault(lg) // until the command's own flags are parsed
 	}
+	usageErrors(app.Commands)
 	ctx, stop := SignalContext()
 	err := app.RunContext(ctx, os.Args)
 	interrupted := ctx.Err() != nil
@@ -204,6 +208,17 @@ func Main(app *cli.App) {
 		slog.Error("failed", "err", err.Error(), "exit", ExitCode(err))
 	}
 	os.Exit(ExitCode(err))
+}
+
+// usageErrors maps flag errors of subcommands to ExitUsage, as NewApp does
+// for the app.
+func usageErrors(cmds []*cli.Command) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return AsUsage(err) }
+		}
+		usageErrors(c.Subcommands)
+	}
 }
 
 // NewApp builds a urfave/cli app with the project's conventions: the logging

@@ -44,12 +44,12 @@ func TestWorkers(t *testing.T) {
 }
 
 func TestParseDevice(t *testing.T) {
-	for in, want := range map[string]Device{"gpu": DeviceGPU, "GPU": DeviceGPU, "cpu": DeviceCPU, " cpu ": DeviceCPU} {
+	for in, want := range map[string]Device{"gpu": DeviceGPU, "GPU": DeviceGPU, "cpu": DeviceCPU, " cpu ": DeviceCPU, "": DeviceGPU} {
 		if d, err := ParseDevice(in); err != nil || d != want {
 			t.Errorf("%q: %v %v", in, d, err)
 		}
 	}
-	for _, in := range []string{"", "auto", "cuda"} {
+	for _, in := range []string{"auto", "cuda", "none"} {
 		if _, err := ParseDevice(in); err == nil || ExitCode(err) != ExitUsage {
 			t.Errorf("%q: want usage error, got %v", in, err)
 		}

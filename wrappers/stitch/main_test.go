@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+)
+
+// TestExecutable builds kintsugi-stitch and runs it the way users and the
+// Snakefile do, checking exit codes, messages and that a refused run writes
+// nothing.
+func TestExecutable(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kintsugi-stitch")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.OutDir, o.NCycles, o.NZ = filepath.Join(dir, "p"), 1, 2
+	if err := synth.Generate(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(o.OutDir, "config.yaml")
+	if err := synth.WriteConfig(cfg, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	badKey := filepath.Join(dir, "bad.yaml")
+	data, _ := os.ReadFile(cfg)
+	os.WriteFile(badKey, []byte(strings.Replace(string(data), "tile_overlap: 0.3", "tile_overlap: 1.3", 1)), 0o644)
+	noCycle := filepath.Join(dir, "nocycle.yaml")
+	os.WriteFile(noCycle, []byte(strings.Replace(string(data), "project_dir: "+o.OutDir, "project_dir: "+dir+"/empty", 1)), 0o644)
+
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"missing config", nil, []string{"run", "-c", dir + "/nope.yaml", "--cycle", "1", "--device", "cpu"}, 2, "nope.yaml"},
+		{"bad key", nil, []string{"run", "-c", badKey, "--cycle", "1", "--device", "cpu"}, 2, "key tile_overlap"},
+		{"bad device", nil, []string{"run", "-c", cfg, "--cycle", "1", "--device", "tpu"}, 2, "--device"},
+		{"gpu without cuda", nil, []string{"run", "-c", cfg, "--cycle", "1"}, 2, "built without CUDA support"},
+		{"gpu from env", []string{"KINTSUGI_DEVICE_MODE=gpu"}, []string{"run", "-c", cfg, "--cycle", "1"}, 2, "built without CUDA support"},
+		{"bad workers env", []string{"SLURM_CPUS_PER_TASK=many"}, []string{"run", "-c", cfg, "--cycle", "1", "--device", "cpu"}, 2, "SLURM_CPUS_PER_TASK"},
+		{"missing cycle dir", nil, []string{"run", "-c", noCycle, "--cycle", "1", "--device", "cpu"}, 2, "no raw directory"},
+		{"unknown flag", nil, []string{"run", "--frobnicate"}, 2, "frobnicate"},
+		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "-c", cfg, "--cycle", "1", "--device", "cpu", "--log-format", "json"}, 0, `"source":"cpus_per_task"`},
+	}
+	out := filepath.Join(o.OutDir, "data", "processed", "stitched", "cyc01")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tc.args...)
+			cmd.Env = append(os.Environ(), "KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=")
+			cmd.Env = append(cmd.Env, tc.env...)
+			msg, err := cmd.CombinedOutput()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.code || !strings.Contains(string(msg), tc.want) {
+				t.Errorf("exit %d (want %d), output lacks %q:\n%s", code, tc.code, tc.want, msg)
+			}
+			_, statErr := os.Stat(filepath.Join(out, ".snakemake_complete"))
+			if (tc.code == 0) != (statErr == nil) {
+				t.Errorf("sentinel present = %v after exit %d", statErr == nil, code)
+			}
+		})
+	}
+}
