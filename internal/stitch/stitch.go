@@ -102,7 +102,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer stage.abort()
+	// Background writes must finish before a failed cycle's staging
+	// directory is removed, or a late write would recreate it.
+	w := newWriter(ctx, workers)
+	defer func() {
+		w.wait()
+		stage.abort()
+	}()
 
 	// Reference plane: first channel (DAPI) at the middle z-plane, 1-based
 	// n//2 as in the original (20 planes -> Z10).
@@ -138,7 +144,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			planes = append(planes, plane{ch, z})
 		}
 	}
-	w := newWriter(ctx, workers)
 	blendP := blend.Params{Sigma: cfg.BlendSigma, OverlapY: cfg.TileOverlap, OverlapX: cfg.TileOverlap}
 	flatMin := float32(cfg.BasicFlatfieldMin)
 
