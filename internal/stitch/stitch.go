@@ -122,7 +122,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	tm.Read += since(t0)
 	t0 = time.Now()
-	refProf, err := o.Engine.Fit(ctx, [][]*raster.Gray16{refTiles}, bp)
+	refits := 0
+	fit := func(planes [][]*raster.Gray16, ids []plane) ([]basic.Profile, error) {
+		profs, err := o.Engine.Fit(ctx, planes, bp)
+		if err != nil {
+			return nil, err
+		}
+		n, err := refitUniform(ctx, o.Engine, planes, ids, profs, bp, lg)
+		refits += n
+		return profs, err
+	}
+	refProf, err := fit([][]*raster.Gray16{refTiles}, []plane{ref})
 	if err != nil {
 		return nil, fmt.Errorf("cycle %d CH%d Z%d: basic fit: %w", o.Cycle, ref.ch, ref.z, err)
 	}
@@ -193,15 +203,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		// Fit every plane of the batch except the reference, already fitted.
 		var fitPlanes [][]*raster.Gray16
+		var fitIDs []plane
 		for i, pl := range b.planes {
 			if pl != ref {
 				fitPlanes = append(fitPlanes, b.tiles[i])
+				fitIDs = append(fitIDs, pl)
 			}
 		}
 		t0 := time.Now()
 		var profs []basic.Profile
 		if len(fitPlanes) > 0 {
-			if profs, err = o.Engine.Fit(ctx, fitPlanes, bp); err != nil {
+			if profs, err = fit(fitPlanes, fitIDs); err != nil {
 				return nil, fmt.Errorf("cycle %d: basic fit of %v: %w", o.Cycle, b.planes, err)
 			}
 		}
@@ -247,7 +259,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	tm.Read += readSecs
 	tm.Write = w.seconds()
 	tm.Total = since(start)
-	if err := writeSentinel(filepath.Join(stage.dir, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm, fallbacks); err != nil {
+	if err := writeSentinel(filepath.Join(stage.dir, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm, refits, fallbacks); err != nil {
 		return nil, err
 	}
 	if err := stage.commit(); err != nil {
@@ -274,6 +286,41 @@ func alignTiles(ctx context.Context, o Options, cyc *dataset.Cycle, tiles []*ras
 		return nil, fmt.Errorf("cycle %d: align tiles: %w", o.Cycle, err)
 	}
 	return res.Positions, nil
+}
+
+// refitUniform handles fits under the darkest-image darkfield rule that did
+// not converge (all reweighting rounds used) or whose flatfield came back
+// uniform (BaSiC's guard against negative values): each such plane is fitted
+// again, with the same quality settings, under the original rule, which
+// converges where the darkest-image level oscillates (measured on dense DAPI
+// stacks of small tiles). The refit replaces the profile when it converged
+// and gave a real flatfield. Every refit is logged. It returns how many
+// profiles were replaced.
+func refitUniform(ctx context.Context, eng Engine, planes [][]*raster.Gray16, ids []plane, profs []basic.Profile, bp basic.Params, lg *slog.Logger) (int, error) {
+	if bp.DarkfieldMethod != basic.DarkfieldDarkest {
+		return 0, nil
+	}
+	alt := bp
+	alt.DarkfieldMethod = basic.DarkfieldOriginal
+	n := 0
+	for i := range profs {
+		if !uniformFlat(&profs[i]) && profs[i].Reweights < bp.MaxReweightIterations {
+			continue
+		}
+		re, err := eng.Fit(ctx, planes[i:i+1], alt)
+		if err != nil {
+			return n, fmt.Errorf("CH%d Z%d: basic refit: %w", ids[i].ch, ids[i].z, err)
+		}
+		lg.Warn("BaSiC fit with the darkest-image darkfield rule did not converge; refitted with the original rule",
+			"channel", ids[i].ch, "z", ids[i].z, "rounds", profs[i].Reweights, "iterations", profs[i].Iterations,
+			"uniform", uniformFlat(&profs[i]), "refit_rounds", re[0].Reweights, "refit_iterations", re[0].Iterations,
+			"refit_uniform", uniformFlat(&re[0]))
+		if !uniformFlat(&re[0]) && re[0].Reweights < bp.MaxReweightIterations {
+			profs[i] = re[0]
+			n++
+		}
+	}
+	return n, nil
 }
 
 // uniformFlat reports whether a fit returned the all-ones flatfield.
@@ -342,7 +389,7 @@ func (s *staging) abort() {
 }
 
 // sentinel lines in the original's key=value form.
-func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings, fallbacks int) error {
+func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings, refits, fallbacks int) error {
 	chs := make([]string, len(cyc.Channels))
 	for i, c := range cyc.Channels {
 		chs[i] = fmt.Sprint(c)
@@ -357,6 +404,7 @@ func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm
 		fmt.Sprintf("duration_minutes=%.2f", tm.Total/60),
 		"engine=" + engine,
 		fmt.Sprintf("workers=%d", o.Workers),
+		fmt.Sprintf("basic_refits=%d", refits),
 		fmt.Sprintf("basic_uniform_fallbacks=%d", fallbacks),
 	}, "\n") + "\n"
 	return writeText(path, text)
