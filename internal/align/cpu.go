@@ -143,26 +143,31 @@ func CheckInputs(tiles []*raster.Float32, pairs []Pair, p Params) error {
 	return nil
 }
 
-// cropRect is the region of A and of B fed to the phase correlation: size
-// (h, w), origins (ay, ax) in A and (by, bx) in B.
-type cropRect struct {
-	h, w, ay, ax, by, bx int
+// CropRect is the region of A and of B fed to the phase correlation: size
+// (H, W), origins (AY, AX) in A and (BY, BX) in B.
+type CropRect struct {
+	H, W, AY, AX, BY, BX int
 	// original: whole tiles, no window and no PCM blur, as the original
 	// (kept to compare against; production always crops, and applies the
 	// window and blur also when the crop is the whole tile)
 	original bool
 }
 
-// cropFor returns the phase-correlation crop of a pair, or the whole tiles
-// processed as the original does when !crop.
-func cropFor(g geometry, p Params, crop bool) cropRect {
-	c := cropRect{h: g.h, w: g.w, original: !crop}
+// Crop returns the phase-correlation crop of a pair: along the stitching
+// axis, overlap + 2·pou + CropSlack px rounded up to a 5-smooth length
+// (the whole tile when that is not shorter); the whole tile across it.
+func Crop(g PairGeometry, p Params) CropRect { return cropFor(g, p, true) }
+
+// cropFor returns Crop, or the whole tiles processed as the original does
+// when !crop.
+func cropFor(g PairGeometry, p Params, crop bool) CropRect {
+	c := CropRect{H: g.H, W: g.W, original: !crop}
 	if !crop {
 		return c
 	}
-	size := g.w
-	if g.dir == Top {
-		size = g.h
+	size := g.W
+	if g.Dir == Top {
+		size = g.H
 	}
 	ov := int(math.Round(p.Overlap * float64(size)))
 	pou := int(math.Ceil(p.POU / 100 * float64(size)))
@@ -170,11 +175,11 @@ func cropFor(g geometry, p Params, crop bool) cropRect {
 	if n >= size {
 		return c
 	}
-	switch g.dir {
+	switch g.Dir {
 	case Left: // A's right strip, B's left strip
-		c.w, c.ax = n, g.w-n
+		c.W, c.AX = n, g.W-n
 	case Top: // A's bottom strip, B's top strip
-		c.h, c.ay = n, g.h-n
+		c.H, c.AY = n, g.H-n
 	}
 	return c
 }
@@ -208,8 +213,8 @@ func (ws *workspace) plan(h, w int) *fft2 {
 	return f
 }
 
-// tukey fills dst with a Tukey window of len(dst) points.
-func tukey(dst []float64, alpha float64) {
+// Tukey fills dst with a Tukey window of len(dst) points (alpha 0: ones).
+func Tukey(dst []float64, alpha float64) {
 	n := len(dst)
 	ramp := alpha * float64(n-1) / 2
 	for i := range dst {
@@ -224,18 +229,18 @@ func tukey(dst []float64, alpha float64) {
 
 // translate measures one pair. See CPU.
 func (ws *workspace) translate(a, b *raster.Float32, dir Direction, p Params, crop bool) Translation {
-	g := newGeometry(a.H, a.W, dir, p.Overlap)
+	g := NewPairGeometry(a.H, a.W, dir, p.Overlap)
 	c := cropFor(g, p, crop)
 	s := newScorer(a, b, g)
 	pcm := ws.phaseCorrelate(a, b, c)
 
-	best := Translation{DY: g.nomY, DX: g.nomX, NCC: -1}
+	best := Translation{DY: g.NomY, DX: g.NomX, NCC: -1}
 	by, bx, found := 0, 0, false
 	for _, pk := range pcm {
-		for _, sy := range [2]int{pk.y, pk.y - c.h} {
-			for _, sx := range [2]int{pk.x, pk.x - c.w} {
+		for _, sy := range [2]int{pk.y, pk.y - c.H} {
+			for _, sx := range [2]int{pk.x, pk.x - c.W} {
 				// b_crop(y,x) = a_crop(y+sy, x+sx)  =>  B(y,x) = A(y+dy, x+dx)
-				dy, dx := sy+c.ay-c.by, sx+c.ax-c.bx
+				dy, dx := sy+c.AY-c.BY, sx+c.AX-c.BX
 				v, ok := s.score(dy, dx)
 				if ok && (!found || v > best.NCC) {
 					best.NCC, by, bx, found = v, dy, dx, true
@@ -261,8 +266,8 @@ type peak struct {
 
 // phaseCorrelate computes the PCM of the crops c of a and b and returns its
 // NPeaks largest local maxima (3x3, circular), largest first.
-func (ws *workspace) phaseCorrelate(a, b *raster.Float32, c cropRect) []peak {
-	n := c.h * c.w
+func (ws *workspace) phaseCorrelate(a, b *raster.Float32, c CropRect) []peak {
+	n := c.H * c.W
 	if cap(ws.buf) < n {
 		ws.buf = make([]complex128, n)
 	}
@@ -271,44 +276,44 @@ func (ws *workspace) phaseCorrelate(a, b *raster.Float32, c cropRect) []peak {
 	if c.original {
 		alpha = 0
 	}
-	if len(ws.winY) != c.h || ws.alpha != alpha {
-		ws.winY = make([]float64, c.h)
-		tukey(ws.winY, alpha)
+	if len(ws.winY) != c.H || ws.alpha != alpha {
+		ws.winY = make([]float64, c.H)
+		Tukey(ws.winY, alpha)
 	}
-	if len(ws.winX) != c.w || ws.alpha != alpha {
-		ws.winX = make([]float64, c.w)
-		tukey(ws.winX, alpha)
+	if len(ws.winX) != c.W || ws.alpha != alpha {
+		ws.winX = make([]float64, c.W)
+		Tukey(ws.winX, alpha)
 	}
 	ws.alpha = alpha
-	ma := cropMean(a, c.ay, c.ax, c.h, c.w)
-	mb := cropMean(b, c.by, c.bx, c.h, c.w)
-	for y := 0; y < c.h; y++ {
-		ra := a.Pix[(c.ay+y)*a.W+c.ax:][:c.w]
-		rb := b.Pix[(c.by+y)*b.W+c.bx:][:c.w]
-		row := buf[y*c.w : (y+1)*c.w]
+	ma := cropMean(a, c.AY, c.AX, c.H, c.W)
+	mb := cropMean(b, c.BY, c.BX, c.H, c.W)
+	for y := 0; y < c.H; y++ {
+		ra := a.Pix[(c.AY+y)*a.W+c.AX:][:c.W]
+		rb := b.Pix[(c.BY+y)*b.W+c.BX:][:c.W]
+		row := buf[y*c.W : (y+1)*c.W]
 		wy := ws.winY[y]
 		for x := range row {
 			wt := wy * ws.winX[x]
 			row[x] = complex((float64(ra[x])-ma)*wt, (float64(rb[x])-mb)*wt)
 		}
 	}
-	f := ws.plan(c.h, c.w)
+	f := ws.plan(c.H, c.W)
 	f.transform(buf, false)
-	if len(ws.lpY) != c.h {
-		ws.lpY = make([]float64, c.h)
-		gaussLowPass(ws.lpY, PCMSigma)
+	if len(ws.lpY) != c.H {
+		ws.lpY = make([]float64, c.H)
+		GaussLowPass(ws.lpY, PCMSigma)
 	}
-	if len(ws.lpX) != c.w {
-		ws.lpX = make([]float64, c.w)
-		gaussLowPass(ws.lpX, PCMSigma)
+	if len(ws.lpX) != c.W {
+		ws.lpX = make([]float64, c.W)
+		GaussLowPass(ws.lpX, PCMSigma)
 	}
 	if c.original {
-		crossPower(buf, c.h, c.w, nil, nil)
+		crossPower(buf, c.H, c.W, nil, nil)
 	} else {
-		crossPower(buf, c.h, c.w, ws.lpY, ws.lpX)
+		crossPower(buf, c.H, c.W, ws.lpY, ws.lpX)
 	}
 	f.transform(buf, true)
-	ws.peaks = topPeaks(ws.peaks[:0], buf, c.h, c.w, NPeaks)
+	ws.peaks = topPeaks(ws.peaks[:0], buf, c.H, c.W, NPeaks)
 	return ws.peaks
 }
 

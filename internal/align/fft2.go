@@ -123,10 +123,10 @@ func crossPower(z []complex128, h, w int, lpY, lpX []float64) {
 	}
 }
 
-// gaussLowPass fills dst (length n, DFT order) with the transfer function
+// GaussLowPass fills dst (length n, DFT order) with the transfer function
 // exp(-2 pi^2 sigma^2 f^2) of a Gaussian blur of sigma px, f the signed
 // frequency in cycles per px.
-func gaussLowPass(dst []float64, sigma float64) {
+func GaussLowPass(dst []float64, sigma float64) {
 	n := len(dst)
 	for k := range dst {
 		f := float64(min(k, n-k)) / float64(n)

@@ -535,7 +535,7 @@ func (m *mist) replace(ctx context.Context, tiles []*raster.Float32) ([]Translat
 // when its NCC exceeds the threshold and it is textured (step 8 of Align).
 func (m *mist) refine(tiles []*raster.Float32, i int, est Translation) (Translation, bool) {
 	pr := m.pairs[i]
-	g := newGeometry(m.h, m.w, pr.Dir, m.p.Overlap)
+	g := NewPairGeometry(m.h, m.w, pr.Dir, m.p.Overlap)
 	s := newScorer(tiles[pr.A], tiles[pr.B], g)
 	y0, x0 := int(math.Round(est.DY)), int(math.Round(est.DX))
 	bx := &box{y0 - m.radius, y0 + m.radius, x0 - m.radius, x0 + m.radius}

@@ -70,7 +70,16 @@ func NCC(a, b *raster.Float32, dy, dx int) float64 {
 		sbb += s0bb + s1bb
 		sab += s0ab + s1ab
 	}
-	n := float64((y1 - y0) * (x1 - x0))
+	return NCCFromSums(sa, sb, saa, sbb, sab, float64((y1-y0)*(x1-x0)))
+}
+
+// NCCFromSums is NCC's final step from float64 sums over an overlap of n
+// pixels (Σa, Σb, Σa², Σb², Σab): the Pearson correlation, 0 for zero
+// variance or n = 0, clamped to [-1, 1].
+func NCCFromSums(sa, sb, saa, sbb, sab, n float64) float64 {
+	if !(n > 0) {
+		return 0
+	}
 	va := saa - sa*sa/n
 	vb := sbb - sb*sb/n
 	if !(va > 0) || !(vb > 0) {
@@ -80,44 +89,46 @@ func NCC(a, b *raster.Float32, dy, dx int) float64 {
 	return max(-1, min(1, r))
 }
 
-// geometry holds what is known about a pair before measuring it: tile size,
-// direction, the nominal translation from the overlap fraction, and the
-// smallest overlap a candidate translation may leave.
-type geometry struct {
-	h, w         int
-	dir          Direction
-	nomY, nomX   float64 // nominal translation of B from A, px
-	minOY, minOX int     // least overlap extents for a candidate, px
+// PairGeometry holds what is known about a pair before measuring it: tile
+// size, direction, the nominal translation from the overlap fraction, and the
+// smallest overlap a candidate translation may leave. Every PairTranslator
+// uses it, so the CPU and GPU translators share these rules.
+type PairGeometry struct {
+	H, W         int
+	Dir          Direction
+	NomY, NomX   float64 // nominal translation of B from A, px
+	MinOY, MinOX int     // least overlap extents for a candidate, px
 }
 
-func newGeometry(h, w int, dir Direction, overlap float64) geometry {
-	g := geometry{h: h, w: w, dir: dir}
+// NewPairGeometry returns the geometry of a pair of h x w tiles.
+func NewPairGeometry(h, w int, dir Direction, overlap float64) PairGeometry {
+	g := PairGeometry{H: h, W: w, Dir: dir}
 	switch dir {
 	case Left:
-		g.nomX = float64(w) * (1 - overlap)
-		g.minOX = max(2, int(math.Ceil(overlap*float64(w)/2)))
-		g.minOY = max(2, (h+1)/2)
+		g.NomX = float64(w) * (1 - overlap)
+		g.MinOX = max(2, int(math.Ceil(overlap*float64(w)/2)))
+		g.MinOY = max(2, (h+1)/2)
 	case Top:
-		g.nomY = float64(h) * (1 - overlap)
-		g.minOY = max(2, int(math.Ceil(overlap*float64(h)/2)))
-		g.minOX = max(2, (w+1)/2)
+		g.NomY = float64(h) * (1 - overlap)
+		g.MinOY = max(2, int(math.Ceil(overlap*float64(h)/2)))
+		g.MinOX = max(2, (w+1)/2)
 	default:
 		panic("align: invalid direction")
 	}
 	return g
 }
 
-// plausible reports whether translation (dy, dx) is worth scoring for this
+// Plausible reports whether translation (dy, dx) is worth scoring for this
 // pair: B lies on the expected side of A (dx >= 0 for Left, dy >= 0 for Top)
 // and the overlap is at least half the nominal overlap along the stitching
 // axis and half the tile along the other. This guard is an addition to the
 // original, which scores every wrap candidate: the NCC of a few pixels is
 // noise that can exceed the NCC of the true, large overlap.
-func (g geometry) plausible(dy, dx int) bool {
-	if g.dir == Left && dx < 0 || g.dir == Top && dy < 0 {
+func (g PairGeometry) Plausible(dy, dx int) bool {
+	if g.Dir == Left && dx < 0 || g.Dir == Top && dy < 0 {
 		return false
 	}
-	return g.h-abs(dy) >= g.minOY && g.w-abs(dx) >= g.minOX
+	return g.H-abs(dy) >= g.MinOY && g.W-abs(dx) >= g.MinOX
 }
 
 func abs(v int) int {
@@ -139,17 +150,17 @@ func (b *box) contains(y, x int) bool {
 // scorer evaluates NCC of one pair at integer translations, memoised.
 type scorer struct {
 	a, b *raster.Float32
-	g    geometry
+	g    PairGeometry
 	seen map[[2]int]float64
 }
 
-func newScorer(a, b *raster.Float32, g geometry) *scorer {
+func newScorer(a, b *raster.Float32, g PairGeometry) *scorer {
 	return &scorer{a: a, b: b, g: g, seen: make(map[[2]int]float64, 32)}
 }
 
 // score returns the NCC at (dy, dx) and whether the translation is plausible.
 func (s *scorer) score(dy, dx int) (float64, bool) {
-	if !s.g.plausible(dy, dx) {
+	if !s.g.Plausible(dy, dx) {
 		return 0, false
 	}
 	k := [2]int{dy, dx}

@@ -43,8 +43,8 @@ func (t *Translator) Translate(ctx context.Context, tiles []*raster.Float32, pai
 
 // pairState is one pair's search on the host.
 type pairState struct {
-	g      pairGeom
-	c      crop
+	g      align.PairGeometry
+	c      align.CropRect
 	seen   map[[2]int]float64
 	y, x   int
 	v      float64
@@ -68,11 +68,11 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 	e.upload(segs)
 
 	st := make([]pairState, len(pairs))
-	groups := map[crop][]int{} // pairs by crop shape and offsets
-	var order []crop
+	groups := map[align.CropRect][]int{} // pairs by crop shape and offsets
+	var order []align.CropRect
 	for i, pr := range pairs {
-		g := newPairGeom(h, w, pr.Dir, p.Overlap)
-		c := cropOf(g, p)
+		g := align.NewPairGeometry(h, w, pr.Dir, p.Overlap)
+		c := align.Crop(g, p)
 		st[i] = pairState{g: g, c: c, seen: map[[2]int]float64{}}
 		if _, ok := groups[c]; !ok {
 			order = append(order, c)
@@ -85,7 +85,7 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 	for _, c := range order {
 		idx := groups[c]
 		const maxBytes = 2 << 30
-		per := int64(c.h) * int64(c.w) * 16
+		per := int64(c.H) * int64(c.W) * 16
 		chunk := max(1, min(len(idx), int(maxBytes/per)))
 		for lo := 0; lo < len(idx); lo += chunk {
 			if err := checkCtx(ctx); err != nil {
@@ -105,10 +105,10 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 	for i := range pairs {
 		s := &st[i]
 		for _, k := range peaks[i] {
-			py, px := k/s.c.w, k%s.c.w
-			for _, sy := range [2]int{py, py - s.c.h} {
-				for _, sx := range [2]int{px, px - s.c.w} {
-					need = s.want(need, i, sy+s.c.ay-s.c.by, sx+s.c.ax-s.c.bx)
+			py, px := k/s.c.W, k%s.c.W
+			for _, sy := range [2]int{py, py - s.c.H} {
+				for _, sx := range [2]int{px, px - s.c.W} {
+					need = s.want(need, i, sy+s.c.AY-s.c.BY, sx+s.c.AX-s.c.BX)
 				}
 			}
 		}
@@ -117,11 +117,11 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 	for i := range pairs {
 		s := &st[i]
 		for _, k := range peaks[i] {
-			py, px := k/s.c.w, k%s.c.w
-			for _, sy := range [2]int{py, py - s.c.h} {
-				for _, sx := range [2]int{px, px - s.c.w} {
-					dy, dx := sy+s.c.ay-s.c.by, sx+s.c.ax-s.c.bx
-					if !s.g.plausible(dy, dx) {
+			py, px := k/s.c.W, k%s.c.W
+			for _, sy := range [2]int{py, py - s.c.H} {
+				for _, sx := range [2]int{px, px - s.c.W} {
+					dy, dx := sy+s.c.AY-s.c.BY, sx+s.c.AX-s.c.BX
+					if !s.g.Plausible(dy, dx) {
 						continue
 					}
 					v := s.seen[[2]int{dy, dx}]
@@ -169,7 +169,7 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 			by, bx, bv := s.y, s.x, s.v
 			for ny := s.y - 1; ny <= s.y+1; ny++ {
 				for nx := s.x - 1; nx <= s.x+1; nx++ {
-					if ny == s.y && nx == s.x || !s.g.plausible(ny, nx) {
+					if ny == s.y && nx == s.x || !s.g.Plausible(ny, nx) {
 						continue
 					}
 					if nv := s.seen[[2]int{ny, nx}]; nv > bv {
@@ -205,7 +205,7 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 	for i := range pairs {
 		s := &st[i]
 		if !s.found {
-			out[i] = align.Translation{DY: s.g.nomY, DX: s.g.nomX, NCC: -1}
+			out[i] = align.Translation{DY: s.g.NomY, DX: s.g.NomX, NCC: -1}
 			continue
 		}
 		tr := align.Translation{DY: float64(s.y), DX: float64(s.x), NCC: s.v}
@@ -223,7 +223,7 @@ type nccReq struct{ i, dy, dx int }
 // want appends (dy, dx) of pair i to need if it is plausible, not yet
 // scored and not already asked for (marked by a NaN placeholder).
 func (s *pairState) want(need []nccReq, i, dy, dx int) []nccReq {
-	if !s.g.plausible(dy, dx) {
+	if !s.g.Plausible(dy, dx) {
 		return need
 	}
 	k := [2]int{dy, dx}
@@ -238,7 +238,7 @@ func (s *pairState) subpixel() (float64, float64) {
 	var f [3][3]float64
 	for i := -1; i <= 1; i++ {
 		for j := -1; j <= 1; j++ {
-			if !s.g.plausible(s.y+i, s.x+j) {
+			if !s.g.Plausible(s.y+i, s.x+j) {
 				return float64(s.y), float64(s.x)
 			}
 			f[i+1][j+1] = s.seen[[2]int{s.y + i, s.x + j}]
@@ -277,46 +277,46 @@ func (e *Engine) scoreNCC(T cu.DevicePtr, h, w int, pairs []align.Pair, st []pai
 	e.release(C, S)
 	for k, r := range need {
 		s := sums[5*k : 5*k+5]
-		st[r.i].seen[[2]int{r.dy, r.dx}] = nccFromSums(s[0], s[1], s[2], s[3], s[4], overlapPixels(h, w, r.dy, r.dx))
+		st[r.i].seen[[2]int{r.dy, r.dx}] = align.NCCFromSums(s[0], s[1], s[2], s[3], s[4], overlapPixels(h, w, r.dy, r.dx))
 	}
 }
 
 // phaseCorrelate returns, for each pair of part (all with crop c), the
 // raster indices of its PCM's largest local maxima, largest first.
-func (e *Engine) phaseCorrelate(T cu.DevicePtr, h, w int, c crop, pairs []align.Pair, part []int) [][]int {
+func (e *Engine) phaseCorrelate(T cu.DevicePtr, h, w int, c align.CropRect, pairs []align.Pair, part []int) [][]int {
 	e.op = "phase correlation"
 	np := len(part)
-	n := int64(c.h) * int64(c.w)
+	n := int64(c.H) * int64(c.W)
 	crops := make([]int32, 6*np)
 	for k, i := range part {
 		pr := pairs[i]
-		copy(crops[6*k:], []int32{int32(pr.A), int32(pr.B), int32(c.ay), int32(c.ax), int32(c.by), int32(c.bx)})
+		copy(crops[6*k:], []int32{int32(pr.A), int32(pr.B), int32(c.AY), int32(c.AX), int32(c.BY), int32(c.BX)})
 	}
 	CR := e.alloc(int64(len(crops)) * 4)
-	WY, WX := e.alloc(int64(c.h)*8), e.alloc(int64(c.w)*8)
-	LY, LX := e.alloc(int64(c.h)*8), e.alloc(int64(c.w)*8)
+	WY, WX := e.alloc(int64(c.H)*8), e.alloc(int64(c.W)*8)
+	LY, LX := e.alloc(int64(c.H)*8), e.alloc(int64(c.W)*8)
 	MEANS := e.alloc(int64(2*np) * 8)
 	Z := e.alloc(int64(np) * n * 16)
 	R := e.alloc(int64(np) * n * 16)
 	PK, PV := e.alloc(int64(np*npk)*4), e.alloc(int64(np*npk)*8)
 	defer e.release(CR, WY, WX, LY, LX, MEANS, Z, R, PK, PV)
 	put(e, CR, crops)
-	put(e, WY, tukeyWindow(c.h, align.TukeyAlpha))
-	put(e, WX, tukeyWindow(c.w, align.TukeyAlpha))
-	put(e, LY, gaussLowPass(c.h, align.PCMSigma))
-	put(e, LX, gaussLowPass(c.w, align.PCMSigma))
-	e.launch("crop_means", dim{gx: np, gy: 2, gz: 1, bx: 256, by: 1, bz: 1}, MEANS, T, CR, h, w, c.h, c.w)
+	put(e, WY, tukeyWindow(c.H, align.TukeyAlpha))
+	put(e, WX, tukeyWindow(c.W, align.TukeyAlpha))
+	put(e, LY, gaussLowPass(c.H, align.PCMSigma))
+	put(e, LX, gaussLowPass(c.W, align.PCMSigma))
+	e.launch("crop_means", dim{gx: np, gy: 2, gz: 1, bx: 256, by: 1, bz: 1}, MEANS, T, CR, h, w, c.H, c.W)
 	gb := dim{gx: int((n + 255) / 256), gy: np, gz: 1, bx: 256, by: 1, bz: 1}
-	e.launch("crop_pack", gb, Z, T, CR, MEANS, WY, WX, h, w, c.h, c.w)
-	plan := e.plan(cufft.Z2Z, c.h, c.w, np)
+	e.launch("crop_pack", gb, Z, T, CR, MEANS, WY, WX, h, w, c.H, c.W)
+	plan := e.plan(cufft.Z2Z, c.H, c.W, np)
 	e.op = "cufft forward"
 	plan.ExecZ2Z(Z, Z, cufft.FORWARD)
 	e.fftDebug("cufft forward")
-	e.launch("cross_power", gb, R, Z, LY, LX, c.h, c.w)
+	e.launch("cross_power", gb, R, Z, LY, LX, c.H, c.W)
 	e.op = "cufft inverse"
 	plan.ExecZ2Z(R, R, cufft.INVERSE)
 	e.fftDebug("cufft inverse")
-	e.launch("pcm_peaks", dim{gx: np, gy: 1, gz: 1, bx: 256, by: 1, bz: 1}, PK, PV, R, c.h, c.w)
+	e.launch("pcm_peaks", dim{gx: np, gy: 1, gz: 1, bx: 256, by: 1, bz: 1}, PK, PV, R, c.H, c.W)
 	idx := make([]int32, np*npk)
 	get(e, idx, PK)
 	res := make([][]int, np)
