@@ -6,12 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -87,17 +85,7 @@ func TestAlignSyntheticCODEX(t *testing.T) {
 			o.NCycles, o.Channels, o.WriteTruthScene, o.Workers = 1, []int{1}, false, 2
 			o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 			ctx := context.Background()
-			if err := synth.Generate(ctx, o); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(o.OutDir, "config.yaml")
-			if err := synth.WriteConfig(path, o, nil); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := config.Load(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := synthProject(t, o)
 			cyc, err := dataset.Discover(ctx, cfg.ProjectDir, 1, dataset.Options{
 				Rows: cfg.TileRows, Cols: cfg.TileCols, Channels: cfg.Channels, NZPlanes: cfg.NZPlanes, Workers: 2})
 			if err != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -35,17 +34,7 @@ func TestProductionScaleAccuracy(t *testing.T) {
 	}
 	o.OutDir = t.TempDir()
 	o.NZ, o.Channels = 3, []int{1}
-	if err := synth.Generate(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	path := o.OutDir + "/config.yaml"
-	if err := synth.WriteConfig(path, o, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := synthProject(t, o)
 	t0 := time.Now()
 	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: NewCPUEngine(2), Workers: 2}); err != nil {
 		t.Fatal(err)

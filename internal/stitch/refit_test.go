@@ -1,14 +1,12 @@
 package stitch
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -30,17 +28,7 @@ func TestRefitUniformFlatfield(t *testing.T) {
 	o.OutDir = t.TempDir()
 	o.Rows, o.Cols, o.NZ, o.NCycles, o.Channels = 5, 6, 3, 1, []int{1}
 	o.CellSpacingPx, o.NucleusSigmaPx, o.EmptyTiles = 7, 1.75, 1
-	if err := synth.Generate(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(o.OutDir, "config.yaml")
-	if err := synth.WriteConfig(path, o, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := synthProject(t, o)
 	if _, err := run(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,12 @@ func project(t *testing.T) *config.Config {
 	}
 	o.OutDir = t.TempDir()
 	o.NCycles, o.NZ = 1, 3
+	return synthProject(t, o)
+}
+
+// synthProject generates the synthetic project o and loads its config.
+func synthProject(t *testing.T, o synth.Options) *config.Config {
+	t.Helper()
 	if err := synth.Generate(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
