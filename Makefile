@@ -3,7 +3,8 @@
 # installed. The CUDA build (`make gpu`) lives in mk/cuda.mk.
 GO        ?= go
 BIN       ?= bin
-CMDS      := wrappers/stitch cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi-accuracy
+CMDS      := wrappers/stitch wrappers/decon wrappers/edf wrappers/register \
+             cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi-accuracy cmd/kintsugi-qc
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
 
@@ -14,7 +15,7 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	@for d in $(CMDS); do \
-	  name=$$(basename $$d); [ "$$d" = wrappers/stitch ] && name=kintsugi-stitch; \
+	  name=$$(basename $$d); case $$d in wrappers/*) name=kintsugi-$$name;; esac; \
 	  [ -d $$d ] || continue; \
 	  echo "go build -o $(BIN)/$$name ./$$d"; \
 	  $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$name ./$$d || exit 1; \

@@ -39,7 +39,7 @@ gpu-check-toolkit:
 gpu: gpu-check-toolkit
 	@mkdir -p $(BIN)
 	@for d in $(CMDS); do \
-	  name=$$(basename $$d); [ "$$d" = wrappers/stitch ] && name=kintsugi-stitch; \
+	  name=$$(basename $$d); case $$d in wrappers/*) name=kintsugi-$$name;; esac; \
 	  [ -d $$d ] || continue; \
 	  echo "go build -tags cuda -o $(BIN)/$$name ./$$d"; \
 	  $(GPU_ENV) $(GO) build -tags cuda -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$name ./$$d || exit 1; \

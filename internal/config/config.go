@@ -86,8 +86,125 @@ type Config struct {
 	BasicMaxReweight           int                  `json:"basic_max_reweight_iterations"`
 	BasicReweightTolerance     float64              `json:"basic_reweight_tolerance"`
 	BasicDarkfield             bool                 `json:"basic_darkfield"`
+	Decon                      Decon                `json:"decon"`
+	EDF                        EDF                  `json:"edf"`
+	QualityGate                QualityGate          `json:"quality_gate"`
+	Registration               Registration         `json:"registration"`
 	LiveAccounts               []LiveAccount        `json:"-"`
 	Resources                  Resources            `json:"resources"`
+}
+
+// Decon is the decon section (this project's keys; the original hard-codes
+// the same values in its deconvolve script). Defaults: DefaultDecon.
+type Decon struct {
+	PSFModel       string  `json:"psf_model"`        // "lightsheet" (the original's) or "widefield"
+	Algorithm      string  `json:"algorithm"`        // "richardson_lucy" (the original's) or "biggs_andrews"
+	Iterations     int     `json:"iterations"`       // maximum iterations
+	StopCriterion  float64 `json:"stop_criterion"`   // percent
+	Damping        float64 `json:"damping"`          // lambda in [0, 1]
+	HistClip       float64 `json:"hist_clip"`        // percent clipped at each end
+	SlitAperture   float64 `json:"slit_aperture"`    // mm
+	FCyl           float64 `json:"f_cyl"`            // mm
+	MemoryBudgetMB int     `json:"memory_budget_mb"` // device memory per chunk, MB; 0 = automatic
+}
+
+// DefaultDecon returns the original's deconvolution settings.
+func DefaultDecon() Decon {
+	return Decon{PSFModel: "lightsheet", Algorithm: "richardson_lucy", Iterations: 25, StopCriterion: 5.0,
+		Damping: 0, HistClip: 0.01, SlitAperture: 6.5, FCyl: 1.0}
+}
+
+// EDF is the edf section (the original's keys plus method and
+// wavelet_levels). Defaults: DefaultEDF.
+type EDF struct {
+	RadiusX       int     `json:"radius_x"`       // px; variance window is (2r+1) wide
+	RadiusY       int     `json:"radius_y"`       // px
+	Sigma         float64 `json:"sigma"`          // Gaussian pre-filter sigma, px
+	Tiles         []int   `json:"tiles"`          // the original's tiling; accepted, not needed (whole-plane processing)
+	BlendDepth    int     `json:"blend_depth"`    // accepted for compatibility; 0 (off) in the original's config
+	ZSmoothSigma  float64 `json:"z_smooth_sigma"` // Gaussian sigma of the index-map smoothing, px
+	Method        string  `json:"method"`         // "variance" (the original's) or "wavelet"
+	WaveletLevels int     `json:"wavelet_levels"` // 0 = from the image size
+}
+
+// DefaultEDF returns the original's EDF settings.
+func DefaultEDF() EDF {
+	return EDF{RadiusX: 2, RadiusY: 2, Sigma: 10, Tiles: []int{3, 3}, ZSmoothSigma: 1.0, Method: "variance"}
+}
+
+// QualityGate is the quality_gate section: slices with more than
+// MaxZeroPct zeros or more than MaxSatPct pixels >= 64000 (fractions) are
+// excluded from EDF; fewer than MinValidSlices valid slices fail a channel.
+type QualityGate struct {
+	MaxZeroPct     float64 `json:"max_zero_pct"`
+	MaxSatPct      float64 `json:"max_sat_pct"`
+	MinValidSlices int     `json:"min_valid_slices"`
+}
+
+// DefaultQualityGate returns the original's gate.
+func DefaultQualityGate() QualityGate {
+	return QualityGate{MaxZeroPct: 0.10, MaxSatPct: 0.05, MinValidSlices: 3}
+}
+
+// Registration is the registration section (the original's keys).
+type Registration struct {
+	ReferenceCycle      int      `json:"reference_cycle"`
+	ReferenceChannel    int      `json:"reference_channel"`
+	MaxImageDim         int      `json:"max_image_dim"` // rigid working resolution, px (longest side)
+	RigidOnly           bool     `json:"rigid_only"`
+	FeatureDetector     string   `json:"feature_detector"` // accepted for compatibility; unused
+	ImgsOrdered         bool     `json:"imgs_ordered"`
+	AlignToReference    bool     `json:"align_to_reference"`
+	NormalizeDimensions bool     `json:"normalize_dimensions"`
+	NonRigid            NonRigid `json:"non_rigid"`
+}
+
+// NonRigid is registration.non_rigid.
+type NonRigid struct {
+	MaxDim          int     `json:"max_dim"`          // non-rigid working resolution, px (longest side)
+	SmoothingMethod string  `json:"smoothing_method"` // "gauss"
+	SigmaRatio      float64 `json:"sigma_ratio"`      // smoothing sigma as a fraction of MaxDim
+	NGridPts        int     `json:"n_grid_pts"`
+	FoldPenalty     float64 `json:"fold_penalty"`
+}
+
+// DefaultRegistration returns the values of the original's generated config
+// (max_image_dim 4096, non-rigid on, sigma 0.01 of 4096 px).
+func DefaultRegistration() Registration {
+	return Registration{ReferenceCycle: 1, ReferenceChannel: 1, MaxImageDim: 4096, FeatureDetector: "VggFD",
+		ImgsOrdered: true, AlignToReference: true, NormalizeDimensions: true,
+		NonRigid: NonRigid{MaxDim: 4096, SmoothingMethod: "gauss", SigmaRatio: 0.01, NGridPts: 50, FoldPenalty: 1e-6}}
+}
+
+// ChannelMarker returns the marker name of channel ch (1-based) of cycle:
+// channel_names[cycle][ch-1], else "".
+func (c *Config) ChannelMarker(cycle, ch int) string {
+	names := c.ChannelNames[strconv.Itoa(cycle)]
+	if ch < 1 || ch > len(names) {
+		return ""
+	}
+	return names[ch-1]
+}
+
+// EDFFileName is the original's EDF output name of a channel: the marker
+// name with '/' and ' ' replaced by '_', plus ".tif"; "CH{c}_edf.tif" when
+// the cycle has no channel names.
+func (c *Config) EDFFileName(cycle, ch int) string {
+	m := c.ChannelMarker(cycle, ch)
+	if m == "" {
+		return fmt.Sprintf("CH%d_edf.tif", ch)
+	}
+	return strings.NewReplacer("/", "_", " ", "_").Replace(m) + ".tif"
+}
+
+// Wavelength returns the [excitation, emission] wavelengths of channel ch
+// in nm, or an error naming the key when they are missing.
+func (c *Config) Wavelength(ch int) (ex, em float64, err error) {
+	w, ok := c.Wavelengths[strconv.Itoa(ch)]
+	if !ok || len(w) != 2 {
+		return 0, 0, &Error{File: c.Path, Key: fmt.Sprintf("wavelengths.%d", ch), Msg: "missing: want [excitation, emission] in nm for this channel"}
+	}
+	return w[0], w[1], nil
 }
 
 // Defaults for optional keys (the original's values).
@@ -155,7 +272,8 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	cfg := &Config{Path: path, Device: "gpu", BlendSigma: DefaultBlendSigma, BasicFlatfieldMin: DefaultFlatfieldMin,
 		BasicMaxIterations: 500, BasicOptimizationTolerance: 1e-6, BasicMaxReweight: 25, BasicReweightTolerance: 1e-3,
-		BasicDarkfield: true}
+		BasicDarkfield: true, Decon: DefaultDecon(), EDF: DefaultEDF(), QualityGate: DefaultQualityGate(),
+		Registration: DefaultRegistration()}
 	if err := json.Unmarshal(buf, cfg); err != nil {
 		return nil, &Error{File: path, Msg: "decode: " + err.Error()}
 	}

@@ -131,3 +131,37 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("empty: %v", err)
 	}
 }
+
+func TestStageDefaultsAndOverrides(t *testing.T) {
+	base := "project_dir: /tmp/p\ncycles: [1]\nchannels: [1, 2]\ntile_rows: 1\ntile_cols: 2\ntile_overlap: 0.3\nncc_threshold: 0.078\npou: 0.5\n" +
+		"resources: {accounts: [{name: a, gpu_slots: 1}]}\nchannel_names: {1: [DAPI-01, CD3 / x]}\nwavelengths: {'1': [358, 461]}\n"
+	cfg, err := Parse("c.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Decon != DefaultDecon() || cfg.EDF.Method != "variance" || cfg.EDF.Sigma != 10 || cfg.QualityGate != DefaultQualityGate() ||
+		cfg.Registration.NonRigid.MaxDim != 4096 || cfg.Registration.ReferenceCycle != 1 {
+		t.Fatalf("defaults not applied: %+v %+v %+v %+v", cfg.Decon, cfg.EDF, cfg.QualityGate, cfg.Registration)
+	}
+	if got := cfg.EDFFileName(1, 2); got != "CD3___x.tif" {
+		t.Errorf("EDFFileName(1, 2) = %q, want CD3___x.tif", got)
+	}
+	if got := cfg.EDFFileName(2, 1); got != "CH1_edf.tif" {
+		t.Errorf("EDFFileName(2, 1) = %q, want CH1_edf.tif", got)
+	}
+	if _, _, err := cfg.Wavelength(2); err == nil || !strings.Contains(err.Error(), "wavelengths.2") {
+		t.Errorf("missing wavelength: err %v, want one naming wavelengths.2", err)
+	}
+	cfg, err = Parse("c.yaml", []byte(base+"decon: {algorithm: biggs_andrews, iterations: 40}\nedf: {method: wavelet, sigma: 5}\nregistration: {reference_cycle: 1, non_rigid: {sigma_ratio: 0.02}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Decon.Algorithm != "biggs_andrews" || cfg.Decon.Iterations != 40 || cfg.Decon.StopCriterion != 5 ||
+		cfg.EDF.Method != "wavelet" || cfg.EDF.Sigma != 5 || cfg.EDF.RadiusX != 2 || cfg.Registration.NonRigid.SigmaRatio != 0.02 ||
+		cfg.Registration.NonRigid.MaxDim != 4096 {
+		t.Fatalf("overrides: %+v %+v %+v", cfg.Decon, cfg.EDF, cfg.Registration)
+	}
+	if _, err := Parse("c.yaml", []byte(base+"decon: {algorithm: fast}\n")); err == nil || !strings.Contains(err.Error(), "decon.algorithm") {
+		t.Errorf("bad decon.algorithm: err %v, want one naming decon.algorithm", err)
+	}
+}

@@ -24,6 +24,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +40,46 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
+
+// stages maps a -stage name to its benchmark; each stage's file registers
+// itself in an init function (stitch here, decon/edf/register in theirs) and
+// defines its own extra flags there.
+var stages = map[string]func(context.Context, flags) error{}
+
+func stageNames() string {
+	names := make([]string, 0, len(stages)+1)
+	names = append(names, "stitch")
+	for n := range stages {
+		if n != "stitch" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names[1:])
+	return strings.Join(names, ", ")
+}
+
+// runStages runs one stage's benchmark, or every stage's in the order of
+// the pipeline for "all".
+func runStages(ctx context.Context, stage string, f flags) error {
+	if stage != "all" {
+		fn, ok := stages[stage]
+		if !ok {
+			return fmt.Errorf("-stage %q: want one of %s, or all", stage, stageNames())
+		}
+		return fn(ctx, f)
+	}
+	for _, name := range []string{"stitch", "decon", "edf", "register"} {
+		if fn, ok := stages[name]; ok {
+			fmt.Printf("==== stage %s\n", name)
+			if err := fn(ctx, f); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func init() { stages["stitch"] = run }
 
 type flags struct {
 	dir        string
@@ -67,8 +109,9 @@ func main() {
 	flag.BoolVar(&f.dropCaches, "drop-caches", false, "drop the page cache before the stage (cold TIFF reads; needs root)")
 	flag.BoolVar(&f.keep, "keep", false, "keep the generated project")
 	flag.BoolVar(&f.skipGen, "skip-gen", false, "reuse the project already in -dir")
+	stage := flag.String("stage", "stitch", "what to measure: "+stageNames()+", or all")
 	flag.Parse()
-	if err := run(context.Background(), f); err != nil {
+	if err := runStages(context.Background(), *stage, f); err != nil {
 		fmt.Fprintln(os.Stderr, "gpubench:", err)
 		os.Exit(1)
 	}
