@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,6 +30,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 )
 
 // Options configure one run of the stage.
@@ -98,7 +98,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"tile_px", fmt.Sprintf("%dx%d", cyc.W, cyc.H), "z", len(cyc.Z), "channels", cyc.Channels, "engine", o.Engine.Name())
 
 	final := OutDir(cfg.ProjectDir, o.Cycle)
-	stage, err := newStaging(final)
+	stage, err := staging.New(final)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	w := newWriter(ctx, workers)
 	defer func() {
 		w.wait()
-		stage.abort()
+		stage.Abort()
 	}()
 
 	// Reference plane: first channel (DAPI) at the middle z-plane, 1-based
@@ -144,7 +144,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	tm.Align = since(t0)
 	lg.Info("tiles aligned", "cycle", o.Cycle, "ref_channel", ref.ch, "ref_z", ref.z, "seconds", fmt.Sprintf("%.2f", tm.Align))
-	if err := writePositions(filepath.Join(stage.dir, "tile_positions.csv"), cyc, pos); err != nil {
+	if err := writePositions(filepath.Join(stage.Path, "tile_positions.csv"), cyc, pos); err != nil {
 		return nil, err
 	}
 
@@ -238,7 +238,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				return nil, fmt.Errorf("cycle %d CH%d Z%d: correct and blend: %w", o.Cycle, pl.ch, pl.z, err)
 			}
 			tm.CorrectBlend += since(t0)
-			chDir := filepath.Join(stage.dir, fmt.Sprintf("CH%d", pl.ch))
+			chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", pl.ch))
 			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic)
 			w.profile(filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
 			if err := w.err(); err != nil {
@@ -259,10 +259,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	tm.Read += readSecs
 	tm.Write = w.seconds()
 	tm.Total = since(start)
-	if err := writeSentinel(filepath.Join(stage.dir, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm, refits, fallbacks); err != nil {
+	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm, refits, fallbacks); err != nil {
 		return nil, err
 	}
-	if err := stage.commit(); err != nil {
+	if err := stage.Commit(); err != nil {
 		return nil, err
 	}
 	lg.Info("cycle stitched", "cycle", o.Cycle, "out", final, "planes", len(planes),
@@ -336,78 +336,25 @@ func uniformFlat(p *basic.Profile) bool {
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
 func f2(v float64) string       { return fmt.Sprintf("%.2f", v) }
 
-// staging is the directory a cycle is written into before it is renamed to
-// its final name.
-type staging struct {
-	dir, final string
-	done       bool
-}
-
-func newStaging(final string) (*staging, error) {
-	parent := filepath.Dir(final)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fmt.Errorf("output directory %s: %w", parent, err)
-	}
-	dir, err := os.MkdirTemp(parent, "."+filepath.Base(final)+".partial-")
-	if err != nil {
-		return nil, fmt.Errorf("output directory %s: %w", parent, err)
-	}
-	return &staging{dir: dir, final: final}, nil
-}
-
-// commit moves the staging directory into place, replacing an earlier
-// output (Snakemake creates the empty final directory before the job).
-func (s *staging) commit() error {
-	old := ""
-	if _, err := os.Stat(s.final); err == nil {
-		old = s.dir + ".old"
-		if err := os.Rename(s.final, old); err != nil {
-			return fmt.Errorf("replace %s: %w", s.final, err)
-		}
-	}
-	if err := os.Rename(s.dir, s.final); err != nil {
-		if old != "" {
-			os.Rename(old, s.final)
-		}
-		return fmt.Errorf("move %s into place: %w", s.final, err)
-	}
-	s.done = true
-	if old != "" {
-		os.RemoveAll(old)
-	}
-	if d, err := os.Open(filepath.Dir(s.final)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
-}
-
-func (s *staging) abort() {
-	if !s.done {
-		os.RemoveAll(s.dir)
-	}
-}
-
 // sentinel lines in the original's key=value form.
 func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings, refits, fallbacks int) error {
 	chs := make([]string, len(cyc.Channels))
 	for i, c := range cyc.Channels {
 		chs[i] = fmt.Sprint(c)
 	}
-	text := strings.Join([]string{
-		"stage=stitch",
-		fmt.Sprintf("cycle=%d", o.Cycle),
-		"completed=" + time.Now().UTC().Format(time.RFC3339),
-		"channels=" + strings.Join(chs, ","),
-		fmt.Sprintf("zplanes=%d", len(cyc.Z)),
-		"skipped=",
-		fmt.Sprintf("duration_minutes=%.2f", tm.Total/60),
-		"engine=" + engine,
-		fmt.Sprintf("workers=%d", o.Workers),
-		fmt.Sprintf("basic_refits=%d", refits),
-		fmt.Sprintf("basic_uniform_fallbacks=%d", fallbacks),
-	}, "\n") + "\n"
-	return writeText(path, text)
+	return staging.WriteSentinel(path, [][2]string{
+		{"stage", "stitch"},
+		{"cycle", fmt.Sprint(o.Cycle)},
+		{"completed", time.Now().UTC().Format(time.RFC3339)},
+		{"channels", strings.Join(chs, ",")},
+		{"zplanes", fmt.Sprint(len(cyc.Z))},
+		{"skipped", ""},
+		{"duration_minutes", fmt.Sprintf("%.2f", tm.Total/60)},
+		{"engine", engine},
+		{"workers", fmt.Sprint(o.Workers)},
+		{"basic_refits", fmt.Sprint(refits)},
+		{"basic_uniform_fallbacks", fmt.Sprint(fallbacks)},
+	})
 }
 
 var errWriterFailed = errors.New("output writer failed")
