@@ -8,7 +8,7 @@ CMDS      := wrappers/stitch wrappers/decon wrappers/edf wrappers/register \
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test check unit e2e vet example clean
+.PHONY: all build test check unit e2e vet example clean fuzz
 
 all: build
 
@@ -48,5 +48,13 @@ e2e: build
 
 clean:
 	rm -rf $(BIN)
+
+# Fuzz the TIFF reader (outside CI): FUZZTIME (default 10m) of go test -fuzz on
+# FuzzDecode, seeded with internal/tiffio/testdata/fuzz/FuzzDecode (ImageJ
+# big-/little-endian files among them). A crash is written there as a new
+# corpus file: fix the reader and commit the file.
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/tiffio
 
 -include mk/cuda.mk
