@@ -90,6 +90,7 @@ type Config struct {
 	EDF                        EDF                  `json:"edf"`
 	QualityGate                QualityGate          `json:"quality_gate"`
 	Registration               Registration         `json:"registration"`
+	Live                       bool                 `json:"live"` // place cycles with live availability from squeue (kintsugi-assign)
 	LiveAccounts               []LiveAccount        `json:"-"`
 	Resources                  Resources            `json:"resources"`
 }
@@ -397,9 +398,9 @@ func schemaDescription(doc any, loc []string) string {
 		if cur == nil {
 			return ""
 		}
-		if ref, ok := cur["$ref"].(string); ok && strings.HasPrefix(ref, "#/definitions/") {
-			defs, _ := root["definitions"].(map[string]any)
-			cur, _ = defs[strings.TrimPrefix(ref, "#/definitions/")].(map[string]any)
+		if ref, ok := cur["$ref"].(string); ok && strings.HasPrefix(ref, "#/$defs/") {
+			defs, _ := root["$defs"].(map[string]any)
+			cur, _ = defs[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
 		}
 		if props, ok := cur["properties"].(map[string]any); ok && props[p] != nil {
 			cur, _ = props[p].(map[string]any)
