@@ -21,6 +21,9 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 )
 
 // Exit codes shared by every executable; ExitCodesHelp lists them for help texts.
@@ -29,6 +32,7 @@ const (
 	ExitFailure = 1 // processing failed (I/O, numerical, GPU error)
 	ExitUsage   = 2 // bad flags, bad config or bad input data
 	ExitSignal  = 3 // interrupted by SIGINT/SIGTERM (SLURM time limit)
+	ExitLocked  = 4 // another job holds the output's lock (staging.ErrLocked)
 )
 
 // ExitCodesHelp is appended to every command's description.
@@ -36,7 +40,8 @@ const ExitCodesHelp = `EXIT CODES:
    0  success
    1  processing failed (I/O, numerical or GPU error)
    2  bad flags, bad configuration or bad input data (the message names the key or file)
-   3  interrupted by SIGINT/SIGTERM (e.g. SLURM time limit); no partial output is left`
+   3  interrupted by SIGINT/SIGTERM (e.g. SLURM time limit); no partial output is left
+   4  another job is writing the same output (its lock file names the SLURM job, host and pid); nothing was done`
 
 // UsageError marks an error caused by the user's input (flags, config, data);
 // it maps to ExitUsage.
@@ -66,6 +71,8 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.Is(err, context.Canceled):
 		return ExitSignal
+	case errors.Is(err, staging.ErrLocked):
+		return ExitLocked
 	case errors.As(err, &ue):
 		return ExitUsage
 	default:
@@ -154,6 +161,30 @@ func Workers(flag int, getenv func(string) string) (int, string, error) {
 		return n, name, nil
 	}
 	return runtime.NumCPU(), "runtime.NumCPU", nil
+}
+
+// MemBudgetFlag is the --mem-budget flag (MB; 0: from the environment).
+func MemBudgetFlag() cli.Flag {
+	return &cli.IntFlag{Name: "mem-budget", Usage: "memory budget, MB (0: SLURM_MEM_PER_NODE, then SLURM_MEM_PER_CPU x SLURM_CPUS_PER_TASK, then mem_mb, then the cgroup limit, then 80% of the physical memory)"}
+}
+
+// MemBudget decides the process's memory budget in bytes (membudget.Resolve:
+// flag, SLURM allocation, mem_mb, cgroup limit, 80 % of the physical memory),
+// logs it with its source like the worker count, and sets the Go runtime's
+// soft memory limit to membudget.GoLimit of it, so the heap does not grow to
+// twice the live data. A malformed value is a usage error naming the
+// variable or file.
+func MemBudget(flagMB int, getenv func(string) string, lg *slog.Logger) (int64, error) {
+	b, src, err := membudget.Resolve(flagMB, getenv)
+	if err != nil {
+		return 0, AsUsage(err)
+	}
+	if lg == nil {
+		lg = slog.Default()
+	}
+	lg.Info("memory budget", "mb", b/membudget.MB, "source", src)
+	membudget.SetGoLimit(membudget.GoLimit(b))
+	return b, nil
 }
 
 // Device is the compute device a command runs on.

@@ -2,6 +2,16 @@
 // into a hidden directory beside the final one (".<name>.partial-<random>"),
 // which is renamed into place only when the whole output is complete, so a
 // failure or a kill never leaves partial output under the final name.
+//
+// New also takes a lock beside the output (".<name>.lock", naming the SLURM
+// job, host, pid, start time and stage), released by Commit and Abort: a
+// second job for the same output fails with ErrLocked (exit code 4) naming
+// the holder, and a lock whose holder is gone (process absent on its host,
+// or SLURM job no longer running) is taken over, logged. Under the lock,
+// staging directories a killed job left for the same output are removed.
+// The lock relies on link(2) and, for take-overs, flock(2) of the parent
+// directory: both atomic on local file systems and on NFSv3+ (link).
+//
 // Every stage (stitch, decon, edf, registration) uses it for its per-cycle
 // (or per-project) directory, and writes its Snakemake sentinel with
 // WriteSentinel.
@@ -9,6 +19,7 @@ package staging
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,20 +31,66 @@ import (
 type Dir struct {
 	Path  string // where to write now
 	Final string // where the output appears on Commit
+	Lock  string // the lock file held until Commit or Abort
 	done  bool
+	me    Holder
+	lg    *slog.Logger
 }
 
-// New creates a staging directory beside final (its parent is created).
+// New locks final and creates a staging directory beside it (its parent is
+// created), with default Options.
 func New(final string) (*Dir, error) {
+	return NewWithOptions(final, Options{})
+}
+
+// NewWithOptions is New with a stage label, logger and SLURM query of one's
+// own. The error wraps ErrLocked (as a *LockedError) when a running job holds
+// the output.
+func NewWithOptions(final string, o Options) (*Dir, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.JobState == nil {
+		o.JobState = slurmJobState
+	}
+	if o.Stage == "" {
+		o.Stage = filepath.Join(filepath.Base(filepath.Dir(final)), filepath.Base(final))
+	}
 	parent := filepath.Dir(final)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("output directory %s: %w", parent, err)
 	}
+	lock, me, err := acquire(final, o)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dir{Final: final, Lock: lock, me: me, lg: o.Logger}
+	if err := cleanStale(final, o.Logger); err != nil {
+		d.unlock()
+		return nil, err
+	}
 	dir, err := os.MkdirTemp(parent, "."+filepath.Base(final)+".partial-")
 	if err != nil {
+		d.unlock()
 		return nil, fmt.Errorf("output directory %s: %w", parent, err)
 	}
-	return &Dir{Path: dir, Final: final}, nil
+	d.Path = dir
+	return d, nil
+}
+
+// unlock releases the lock, logging a failure (the output is already in
+// place or already removed; a left lock is taken over by the next job).
+func (s *Dir) unlock() {
+	if s.Lock == "" {
+		return
+	}
+	if err := release(s.Lock, s.me); err != nil {
+		s.lg.Warn("could not release the output lock", "err", err.Error())
+	}
+	s.Lock = ""
 }
 
 // Commit moves the staging directory into place, replacing an earlier
@@ -48,27 +105,42 @@ func (s *Dir) Commit() error {
 	}
 	if err := os.Rename(s.Path, s.Final); err != nil {
 		if old != "" {
-			os.Rename(old, s.Final)
+			if rerr := os.Rename(old, s.Final); rerr != nil {
+				err = fmt.Errorf("%w (and restoring the earlier output from %s: %w)", err, old, rerr)
+			}
 		}
 		return fmt.Errorf("move %s into place: %w", s.Final, err)
 	}
 	s.done = true
 	if old != "" {
-		os.RemoveAll(old)
+		if err := os.RemoveAll(old); err != nil {
+			s.lg.Warn("could not remove the replaced output (the next run of this output removes it)", "path", old, "err", err.Error())
+		}
 	}
-	if d, err := os.Open(filepath.Dir(s.Final)); err == nil {
-		d.Sync()
-		d.Close()
+	d, err := os.Open(filepath.Dir(s.Final))
+	if err == nil {
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
 	}
+	if err != nil { // the output is in place; some file systems cannot sync a directory
+		s.lg.Warn("could not sync the output's directory", "path", filepath.Dir(s.Final), "err", err.Error())
+	}
+	s.unlock()
 	return nil
 }
 
-// Abort removes the staging directory unless it was committed. Call it
-// (deferred) after every background write into it has finished.
+// Abort removes the staging directory unless it was committed, and releases
+// the lock. Call it (deferred) after every background write into it has
+// finished.
 func (s *Dir) Abort() {
-	if !s.done {
-		os.RemoveAll(s.Path)
+	if !s.done && s.Path != "" {
+		if err := os.RemoveAll(s.Path); err != nil {
+			s.lg.Warn("could not remove the staging directory (the next run of this output removes it)", "path", s.Path, "err", err.Error())
+		}
 	}
+	s.unlock()
 }
 
 // WriteSentinel writes the original's key=value sentinel (one pair per
