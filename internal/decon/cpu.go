@@ -1,0 +1,249 @@
+package decon
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// CPU is the reference Deconvolver: direct convolution (the original's
+// PSFs are a few samples wide: 7x7x1 to 9x9x1 light-sheet, about 5x5x7
+// widefield), goroutines over rows, float32 arithmetic like the original,
+// float64 sums for the stop rule and α.
+type CPU struct{}
+
+// Deconvolve implements Deconvolver.
+func (CPU) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p Params) (*raster.Stack, Stats, error) {
+	if err := p.Validate(); err != nil {
+		return nil, Stats{}, err
+	}
+	if err := CheckInput(in, k); err != nil {
+		return nil, Stats{}, err
+	}
+	workers := p.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	g := NewGeometry(in.N, in.H, in.W, k)
+	st := Stats{RawMax: RawMax(in.Pix), Padded: [3]int{g.PN, g.PH, g.PW}}
+	obs := Pad(in, g)
+	d, err := Iterate(ctx, obs, k, p, &st, workers)
+	if err != nil {
+		return nil, st, err
+	}
+	return Finish(d, g, p, &st, workers), st, nil
+}
+
+// Iterate runs RL or Biggs-Andrews on the padded observation obs (zero
+// boundary), windowed by p's budget, and returns the last iterate (not yet
+// |.|). It fills st's iteration fields.
+func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st *Stats, workers int) (*raster.Stack, error) {
+	halo := Halo(k, p.Damping)
+	arrays := 6
+	if p.Biggs() {
+		arrays = 9
+	}
+	rows := p.ChunkRows
+	if rows == 0 {
+		rows = RowsForBudget(p.MemoryBudget, arrays, obs.N, obs.H, obs.W, halo)
+	}
+	wins := PlanWindows(obs.H, rows, halo)
+	st.Chunks = len(wins)
+	kf := k.Flipped()
+	n := len(obs.Pix)
+	x := &raster.Stack{N: obs.N, H: obs.H, W: obs.W, Pix: append([]float32(nil), obs.Pix...)}
+	xnew := raster.NewStack(obs.N, obs.H, obs.W)
+	var xprev, g, gprev *raster.Stack
+	if p.Biggs() {
+		xprev = raster.NewStack(obs.N, obs.H, obs.W)
+		g = raster.NewStack(obs.N, obs.H, obs.W)
+		gprev = raster.NewStack(obs.N, obs.H, obs.W)
+	}
+	_ = n
+	stop := Stopper{Criterion: p.StopCriterion}
+	var alpha float64
+	var ws winScratch
+	for it := 0; it < p.Iterations; it++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var sums [3]float64 // delta², G·Gprev, Gprev²
+		for _, w := range wins {
+			s := ws.step(obs, x, xprev, xnew, g, gprev, w, k, kf, p, alpha, it, workers)
+			for i := range sums {
+				sums[i] += s[i]
+			}
+		}
+		rel, done := stop.Step(math.Sqrt(sums[0]))
+		st.DeltaRel = append(st.DeltaRel, rel)
+		st.Iterations = it + 1
+		if p.Biggs() {
+			if it >= 1 {
+				alpha = BiggsAlpha(sums[1], sums[2])
+			}
+			xprev, x, xnew = x, xnew, xprev
+			g, gprev = gprev, g
+		} else {
+			x, xnew = xnew, x
+		}
+		if done {
+			st.Stopped = true
+			break
+		}
+	}
+	return x, nil
+}
+
+// winScratch holds a window's local arrays between iterations.
+type winScratch struct {
+	obs, y, a, b, cur []float32
+}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// step updates window w: reads x (and xprev for Biggs) over Lo..Hi, writes
+// the core rows of the new iterate into xnew (and G into g), and returns the
+// core sums Σ(x-xnew)², Σ G·Gprev, Σ Gprev².
+func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window, k, kf *psf.Kernel, p Params, alpha float64, it, workers int) [3]float64 {
+	nz, nx := obs.N, obs.W
+	wh := w.Hi - w.Lo
+	m := nz * wh * nx
+	ws.obs, ws.y, ws.a, ws.b, ws.cur = grow(ws.obs, m), grow(ws.y, m), grow(ws.a, m), grow(ws.b, m), grow(ws.cur, m)
+	rowsOf := func(dst []float32, src *raster.Stack) {
+		for z := 0; z < nz; z++ {
+			copy(dst[z*wh*nx:(z+1)*wh*nx], src.Pix[(z*obs.H+w.Lo)*nx:(z*obs.H+w.Hi)*nx])
+		}
+	}
+	rowsOf(ws.obs, obs)
+	rowsOf(ws.cur, x)
+	if p.Biggs() && it >= 2 {
+		rowsOf(ws.a, xprev)
+		a32 := float32(alpha)
+		for i, v := range ws.cur {
+			yv := v + a32*(v-ws.a[i])
+			ws.y[i] = max(yv, 0)
+		}
+	} else {
+		copy(ws.y, ws.cur)
+	}
+	vol := func(s []float32) *raster.Stack { return &raster.Stack{N: nz, H: wh, W: nx, Pix: s} }
+	// a = max(conv(y, k), eps); b = obs / a; a = conv(b, flip k)
+	Conv(vol(ws.a), vol(ws.y), k, workers)
+	for i, v := range ws.a {
+		if v < Eps {
+			v = Eps
+		}
+		ws.b[i] = ws.obs[i] / v
+	}
+	Conv(vol(ws.a), vol(ws.b), kf, workers)
+	if p.Damping > 0 {
+		Conv(vol(ws.b), vol(ws.y), DampingKernel(), workers)
+		l := float32(p.Damping)
+		for i := range ws.a {
+			ws.a[i] = (1-l)*(ws.a[i]*ws.y[i]) + l*ws.b[i]
+		}
+	} else {
+		for i := range ws.a {
+			ws.a[i] *= ws.y[i]
+		}
+	}
+	var sums [3]float64
+	for z := 0; z < nz; z++ {
+		for r := w.Core0; r < w.Core1; r++ {
+			lo := (z*wh + r - w.Lo) * nx
+			gl := (z*obs.H + r) * nx
+			copy(xnew.Pix[gl:gl+nx], ws.a[lo:lo+nx])
+			for i := 0; i < nx; i++ {
+				dd := float64(ws.cur[lo+i]) - float64(ws.a[lo+i])
+				sums[0] += dd * dd
+			}
+			if g != nil {
+				for i := 0; i < nx; i++ {
+					gv := ws.a[lo+i] - ws.y[lo+i]
+					g.Pix[gl+i] = gv
+					if it >= 1 {
+						gp := float64(gprev.Pix[gl+i])
+						sums[1] += float64(gv) * gp
+						sums[2] += gp * gp
+					}
+				}
+			}
+		}
+	}
+	return sums
+}
+
+// DampingKernel is the original's R: 3x3x3 ones/26 with centre 0.
+func DampingKernel() *psf.Kernel {
+	k := &psf.Kernel{NZ: 3, NY: 3, NX: 3, Data: make([]float32, 27)}
+	for i := range k.Data {
+		k.Data[i] = float32(1.0 / 26)
+	}
+	k.Data[13] = 0
+	return k
+}
+
+// Conv is MATLAB's convn(src, k, 'same') for odd kernels: dst(z,y,x) =
+// Σ k(a,b,c)·src(z+cz-a, y+cy-b, x+cx-c) with zeros outside src, summed in
+// float32 in the order a, b, c (the GPU kernel sums in the same order).
+func Conv(dst, src *raster.Stack, k *psf.Kernel, workers int) {
+	nz, ny, nx := src.N, src.H, src.W
+	cz, cy, cx := k.NZ/2, k.NY/2, k.NX/2
+	rows := nz * ny
+	var wg sync.WaitGroup
+	workers = max(1, min(workers, rows))
+	next := make(chan int, 64)
+	for wkr := 0; wkr < workers; wkr++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for row0 := range next {
+				for row := row0; row < min(rows, row0+16); row++ {
+					z, y := row/ny, row%ny
+					out := dst.Pix[row*nx : (row+1)*nx]
+					clear(out)
+					for a := 0; a < k.NZ; a++ {
+						sz := z + cz - a
+						if sz < 0 || sz >= nz {
+							continue
+						}
+						for b := 0; b < k.NY; b++ {
+							sy := y + cy - b
+							if sy < 0 || sy >= ny {
+								continue
+							}
+							in := src.Pix[(sz*ny+sy)*nx : (sz*ny+sy+1)*nx]
+							kr := k.Data[(a*k.NY+b)*k.NX : (a*k.NY+b+1)*k.NX]
+							for c, kv := range kr {
+								off := cx - c // out[x] += kv*in[x+off]
+								x0, x1 := max(0, -off), min(nx, nx-off)
+								if x0 >= x1 {
+									continue
+								}
+								o := out[x0:x1]
+								s := in[x0+off : x1+off]
+								for i := range o {
+									o[i] += kv * s[i]
+								}
+							}
+						}
+					}
+				}
+			}
+		}()
+	}
+	for r := 0; r < rows; r += 16 {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
+}
