@@ -278,6 +278,11 @@ func statusField(path, key string) (int64, error) {
 	return 0, fmt.Errorf("%s: no %s line", path, key)
 }
 
+// GoLimit is the Go runtime's soft limit for a budget: 90 %, leaving room
+// for memory the runtime does not manage (thread stacks, cgo and driver
+// allocations, pinned buffers) and for pages not yet returned.
+func GoLimit(budget int64) int64 { return budget / 10 * 9 }
+
 // SetGoLimit sets the Go runtime's soft memory limit (the garbage collector
 // runs harder as the heap nears it, instead of letting it grow to twice the
 // live data) to bytes, and returns a function that restores the previous
