@@ -1,0 +1,171 @@
+//go:build cuda
+
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/mumax/3/cuda/cu"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// EDF implements edf.Fuser on the GPU (variance method): the planes are
+// uploaded once as a uint16 stack, the quality gate counts run on the
+// device, then the selected slices are filtered one at a time (Gaussian y
+// and x passes, window variance, running argmax into a float64 best and a
+// uint16 index plane), so device memory is the uint16 stack plus five
+// plane-sized buffers (about 2 x 4 + 8 + 2 x 2 + 2 bytes per pixel), never a
+// float copy of the stack. Index maps equal edf.CPU's exactly (same
+// arithmetic, kernels/edf.cu). The wavelet method is CPU-only: asked for
+// here it is an error naming edf.method (no silent fallback).
+func (e *Engine) EDF(ctx context.Context, planes []*raster.Gray16, g edf.Gate, p edf.Params) (*edf.Result, error) {
+	res, _, err := e.EDFTimed(ctx, planes, g, p, false)
+	return res, err
+}
+
+// EDFTimings are the phases of one EDFTimed call, seconds (with sync after
+// each phase when measured).
+type EDFTimings struct {
+	Upload   float64 // host planes -> device stack
+	Gate     float64 // quality-gate counts on the device
+	Fuse     float64 // filters, argmax, smoothing, gather
+	Download float64 // output plane and index map -> host
+}
+
+// EDFTimed is EDF with per-phase timings; measure synchronises the device
+// between phases (for benchmarks).
+func (e *Engine) EDFTimed(ctx context.Context, planes []*raster.Gray16, g edf.Gate, p edf.Params, measure bool) (*edf.Result, EDFTimings, error) {
+	var tm EDFTimings
+	if err := p.Validate(); err != nil {
+		return nil, tm, err
+	}
+	if p.Method != edf.MethodVariance {
+		return nil, tm, fmt.Errorf("edf.method %q: the GPU engine implements %q only; run with --device cpu for %q", p.Method, edf.MethodVariance, p.Method)
+	}
+	if err := edf.CheckPlanes(planes); err != nil {
+		return nil, tm, err
+	}
+	w, h, n := planes[0].W, planes[0].H, len(planes)
+	plane := int64(w) * int64(h)
+	res := &edf.Result{Out: raster.NewGray16(w, h), Index: make([]uint16, w*h)}
+	err := e.do(ctx, "edf", func() error {
+		mark := time.Now()
+		lap := func(dst *float64) {
+			if measure {
+				e.sync()
+			}
+			now := time.Now()
+			*dst = now.Sub(mark).Seconds()
+			mark = now
+		}
+		stack := e.alloc(int64(n) * plane * 2)
+		defer e.release(stack)
+		segs := make([]hostSeg, n)
+		for i, pl := range planes {
+			segs[i] = hostSeg{host: unsafe.Pointer(&pl.Pix[0]), dev: stack + cu.DevicePtr(int64(i)*plane*2), n: plane * 2}
+		}
+		e.upload(segs)
+		lap(&tm.Upload)
+		res.Stats = e.edfGateDev(stack, false, n, h, w)
+		lap(&tm.Gate)
+		used, err := edf.Select(res.Stats, g)
+		if err != nil {
+			return err
+		}
+		res.Used = used
+		out := e.alloc(plane * 2)
+		idx := e.alloc(plane * 2)
+		defer e.release(out, idx)
+		if err := e.edfFuseDev(ctx, stack, false, h, w, used, p, out, idx); err != nil {
+			return err
+		}
+		lap(&tm.Fuse)
+		e.download([]hostSeg{
+			{host: unsafe.Pointer(&res.Out.Pix[0]), dev: out, n: plane * 2},
+			{host: unsafe.Pointer(&res.Index[0]), dev: idx, n: plane * 2}})
+		lap(&tm.Download)
+		return nil
+	})
+	if err != nil {
+		return nil, tm, err
+	}
+	return res, tm, nil
+}
+
+// edfGateDev returns the gate counts of the n planes of a device stack
+// ((n, h, w), uint16 or float32 counts). Engine goroutine only: the
+// device-buffer form for fused jobs.
+func (e *Engine) edfGateDev(stack cu.DevicePtr, f32 bool, n, h, w int) []edf.SliceStats {
+	plane := int64(w) * int64(h)
+	cnt := e.alloc(int64(n) * 16)
+	defer e.release(cnt)
+	cu.MemsetD8Async(cnt, 0, int64(n)*16, e.compute)
+	gx := int(min(1024, (plane+255)/256))
+	d := dim{gx: gx, gy: n, gz: 1, bx: 256, by: 1, bz: 1}
+	name := "edf_gate_u16"
+	if f32 {
+		name = "edf_gate_f32"
+	}
+	e.launch(name, d, cnt, stack, plane, float32(edf.SatLevel))
+	host := make([]uint64, 2*n)
+	get(e, host, cnt)
+	st := make([]edf.SliceStats, n)
+	for i := range st {
+		st[i] = edf.SliceStats{Pixels: plane, Zeros: int64(host[2*i]), Saturated: int64(host[2*i+1])}
+	}
+	return st
+}
+
+// edfFuseDev fuses the slices used (indices into the device stack (z, h,
+// w), uint16 or float32) with the variance method into the device planes
+// out (the stack's element type) and outIdx (uint16 stack index per pixel;
+// may be 0). Engine goroutine only: the device-buffer form for fused jobs.
+func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h, w int, used []int, p edf.Params, out, outIdx cu.DevicePtr) error {
+	plane := int64(w) * int64(h)
+	elem := int64(2)
+	gy, gather := "edf_gauss_y_u16", "edf_gather_u16"
+	if f32 {
+		elem, gy, gather = 4, "edf_gauss_y_f32", "edf_gather_f32"
+	}
+	wg := edf.GaussWeights(p.Sigma)
+	dw := e.alloc(int64(len(wg)) * 8)
+	tmp := e.alloc(plane * 4)
+	s := e.alloc(plane * 4)
+	best := e.alloc(plane * 8)
+	idx := e.alloc(plane * 2)
+	dused := e.alloc(int64(len(used)) * 4)
+	defer e.release(dw, tmp, s, best, idx, dused)
+	put(e, dw, wg)
+	u32 := make([]int32, len(used))
+	for i, v := range used {
+		u32[i] = int32(v)
+	}
+	put(e, dused, u32)
+	g2 := dim{gx: (w + 31) / 32, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1}
+	for k, z := range used {
+		if err := checkCtx(ctx); err != nil {
+			return err
+		}
+		src := stack + cu.DevicePtr(int64(z)*plane*elem)
+		e.launch(gy, g2, tmp, src, h, w, dw, len(wg)-1)
+		e.launch("edf_gauss_x", g2, s, tmp, h, w, dw, len(wg)-1)
+		e.launch("edf_var_argmax", g2, best, idx, s, h, w, p.RadiusY, p.RadiusX, k)
+	}
+	f := cu.DevicePtr(0)
+	if p.ZSmoothSigma > 0 {
+		zw := edf.GaussWeights(p.ZSmoothSigma)
+		dz := e.alloc(int64(len(zw)) * 8)
+		defer e.release(dz)
+		put(e, dz, zw)
+		e.launch("edf_gauss_y_u16", g2, tmp, idx, h, w, dz, len(zw)-1)
+		e.launch("edf_gauss_x", g2, s, tmp, h, w, dz, len(zw)-1)
+		f = s
+	}
+	e.launch(gather, grid1(plane), out, outIdx, f, idx, stack, dused, len(used), plane)
+	return nil
+}
