@@ -1,0 +1,37 @@
+//go:build !cuda
+
+package gpu
+
+import (
+	"context"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// Deconvolver returns a decon.Deconvolver that fails with ErrNoCUDA.
+func (*Engine) Deconvolver() decon.Deconvolver { return noDecon{} }
+
+// DevStack is a stack held in device memory; empty in this build.
+type DevStack struct{}
+
+// UploadStack returns ErrNoCUDA.
+func (*Engine) UploadStack(context.Context, *raster.Stack) (*DevStack, error) { return nil, ErrNoCUDA }
+
+// DownloadStack returns ErrNoCUDA.
+func (*Engine) DownloadStack(context.Context, *DevStack) (*raster.Stack, error) { return nil, ErrNoCUDA }
+
+// FreeStack does nothing.
+func (*Engine) FreeStack(*DevStack) {}
+
+// DeconvolveDevice returns ErrNoCUDA.
+func (*Engine) DeconvolveDevice(context.Context, *DevStack, *psf.Kernel, decon.Params) (*DevStack, decon.Stats, error) {
+	return nil, decon.Stats{}, ErrNoCUDA
+}
+
+type noDecon struct{}
+
+func (noDecon) Deconvolve(context.Context, *raster.Stack, *psf.Kernel, decon.Params) (*raster.Stack, decon.Stats, error) {
+	return nil, decon.Stats{}, ErrNoCUDA
+}
