@@ -228,6 +228,7 @@ func Main(app *cli.App) {
 		slog.SetDefault(lg) // until the command's own flags are parsed
 	}
 	usageErrors(app.Commands)
+	exitCodesInHelp(app.Commands)
 	ctx, stop := SignalContext()
 	err := app.RunContext(ctx, os.Args)
 	interrupted := ctx.Err() != nil
@@ -249,6 +250,17 @@ func usageErrors(cmds []*cli.Command) {
 			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return AsUsage(err) }
 		}
 		usageErrors(c.Subcommands)
+	}
+}
+
+// exitCodesInHelp appends ExitCodesHelp to every subcommand's description,
+// so `<exe> <command> --help` lists the exit codes too.
+func exitCodesInHelp(cmds []*cli.Command) {
+	for _, c := range cmds {
+		if !strings.Contains(c.Description, ExitCodesHelp) {
+			c.Description = strings.TrimSpace(strings.TrimSpace(c.Description) + "\n\n" + ExitCodesHelp)
+		}
+		exitCodesInHelp(c.Subcommands)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 )
 
@@ -26,5 +28,18 @@ func TestExitCodeLocked(t *testing.T) {
 	app := NewApp("x", "u", "d", nil, nil)
 	if !strings.Contains(app.Description, "another job is writing the same output") {
 		t.Error("an app's help lacks the locked exit code")
+	}
+}
+
+// Subcommands' help lists the exit codes too (Main adds them).
+func TestExitCodesInSubcommandHelp(t *testing.T) {
+	app := NewApp("x", "u", "d", nil, nil)
+	app.Commands = []*cli.Command{{Name: "run", Subcommands: []*cli.Command{{Name: "deep", Description: "does things"}}}}
+	exitCodesInHelp(app.Commands)
+	exitCodesInHelp(app.Commands) // idempotent
+	for _, c := range []*cli.Command{app.Commands[0], app.Commands[0].Subcommands[0]} {
+		if strings.Count(c.Description, ExitCodesHelp) != 1 {
+			t.Errorf("%s: description %q", c.Name, c.Description)
+		}
 	}
 }
