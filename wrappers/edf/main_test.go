@@ -1,0 +1,121 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// TestExecutable builds kintsugi-edf and runs it as the Snakefile and users
+// do: exit codes, messages, outputs, and nothing written on refusal.
+func TestExecutable(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kintsugi-edf")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.OutDir, o.NCycles, o.NChannels = filepath.Join(dir, "p"), 2, 2
+	os.MkdirAll(o.OutDir, 0o755)
+	cfg := synth.ConfigPath(o.OutDir)
+	if err := synth.WriteConfig(cfg, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	wav := filepath.Join(dir, "wavelet.yaml")
+	data, _ := os.ReadFile(cfg)
+	os.WriteFile(wav, append(data, []byte("edf: {method: wavelet}\n")...), 0o644)
+	// Cycle 1 deconvolved and complete; cycle 2 without its sentinel.
+	so := synth.DefaultEDFStack()
+	so.W, so.H, so.NZ = 64, 48, 6
+	st, err := synth.MakeEDFStack(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cyc := 1; cyc <= 2; cyc++ {
+		for ch := 1; ch <= 2; ch++ {
+			d := filepath.Join(edfstage.InputDir(o.OutDir, cyc), fmt.Sprintf("CH%d", ch))
+			os.MkdirAll(d, 0o755)
+			for z, p := range st.Planes {
+				tiffio.WriteGray16(filepath.Join(d, fmt.Sprintf("deconv_%03d.tif", z+1)), p)
+			}
+		}
+	}
+	os.WriteFile(filepath.Join(edfstage.InputDir(o.OutDir, 1), ".snakemake_complete"), []byte("stage=decon\n"), 0o644)
+	stackDir := filepath.Join(edfstage.InputDir(o.OutDir, 1), "CH1")
+	multi := filepath.Join(dir, "stack.tif")
+	tiffio.WriteGray16Pages(multi, st.Planes)
+	empty := filepath.Join(dir, "empty.tif")
+	tiffio.WriteGray16Pages(empty, []*raster.Gray16{raster.NewGray16(8, 8), raster.NewGray16(8, 8), raster.NewGray16(8, 8)})
+
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"gpu without cuda", nil, []string{"run", "--config", cfg, "--cycle", "1"}, 2, "built without CUDA support"},
+		{"wavelet on the gpu", nil, []string{"run", "--config", wav, "--cycle", "1", "--device", "gpu"}, 2, "edf.method"},
+		{"cycle not in config", nil, []string{"run", "--config", cfg, "--cycle", "7", "--device", "cpu"}, 2, "--cycle 7"},
+		{"missing decon sentinel", nil, []string{"run", "--config", cfg, "--cycle", "2", "--device", "cpu"}, 2, "deconvolved/cyc02/.snakemake_complete"},
+		{"empty stack", nil, []string{"tile", "--in", empty, "--out", filepath.Join(dir, "e.tif"), "--device", "cpu"}, 2, "too few valid slices"},
+		{"bad workers env", []string{"SLURM_CPUS_PER_TASK=x"}, []string{"run", "--config", cfg, "--cycle", "1", "--device", "cpu"}, 2, "SLURM_CPUS_PER_TASK"},
+		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "--config", cfg, "--cycle", "1", "--device", "cpu", "--log-format", "text"}, 0, "cycle done"},
+		{"cpu run wavelet", nil, []string{"run", "--config", wav, "--cycle", "1", "--device", "cpu", "--log-format", "json"}, 0, `"method":"wavelet"`},
+		{"tile directory", nil, []string{"tile", "--in", stackDir, "--out", filepath.Join(dir, "a.tif"), "--device", "cpu"}, 0, "stack fused"},
+		{"tile multi-page", nil, []string{"tile", "--in", multi, "--out", filepath.Join(dir, "b.tif"), "--device", "cpu", "--config", cfg}, 0, "stack fused"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(bin, c.args...)
+			cmd.Env = append(os.Environ(), "SLURM_CPUS_PER_TASK=", "cpus_per_task=", "KINTSUGI_DEVICE_MODE=")
+			cmd.Env = append(cmd.Env, c.env...)
+			out, err := cmd.CombinedOutput()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != c.code || !strings.Contains(string(out), c.want) {
+				t.Fatalf("exit %d, want %d with %q; output:\n%s", code, c.code, c.want, out)
+			}
+		})
+	}
+	for _, f := range []string{"DAPI-01.tif", "Blank.tif", ".snakemake_complete"} {
+		if _, err := os.Stat(filepath.Join(edfstage.OutDir(o.OutDir, 1), f)); err != nil {
+			t.Errorf("cycle 1 output: %v", err)
+		}
+	}
+	if _, err := os.Stat(edfstage.OutDir(o.OutDir, 2)); err == nil {
+		t.Error("cycle 2 (no decon sentinel) has an output directory")
+	}
+	a, errA := tiffio.ReadGray16(filepath.Join(dir, "a.tif"))
+	b, errB := tiffio.ReadGray16(filepath.Join(dir, "b.tif"))
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	for i := range a.Pix {
+		if a.Pix[i] != b.Pix[i] {
+			t.Fatalf("tile from a directory and from a multi-page TIFF differ at %d", i)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "e.tif")); err == nil {
+		t.Error("refused tile wrote its output")
+	}
+}
