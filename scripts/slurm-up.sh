@@ -68,6 +68,7 @@ AccountingStorageHost=localhost
 AccountingStoragePort=6819
 AccountingStorageEnforce=associations,limits
 AccountingStorageTRES=gres/gpu
+AccountingStoreFlags=job_comment
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SchedulerType=sched/backfill
