@@ -123,7 +123,7 @@ func TestDiscover(t *testing.T) {
 		yaml                string   // the block, parsed back, must list these accounts
 	}{
 		{"local", "root", "", map[string]string{
-			"sacctmgr -n -P show associations user=root": "assoc_user_local.txt",
+			"sacctmgr -n -P show associations user=root":  "assoc_user_local.txt",
 			"sacctmgr -n -P show associations cluster=ci": "assoc_accounts_local.txt",
 			"sacctmgr -n -P show qos":                     "qos_local.txt",
 		}, []string{"acct_a=3 (association acct_a)", "acct_b=2 (association acct_b)", "root=-1 ()"}, "acct_a:3,acct_b:2"},
@@ -204,7 +204,9 @@ func TestDiscoverErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "two.txt"), []byte("c1|a|bob||||normal|\nc2|b|bob||||normal|\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run = func(context.Context, string, ...string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, "two.txt")) }
+	run = func(context.Context, string, ...string) ([]byte, error) {
+		return os.ReadFile(filepath.Join(dir, "two.txt"))
+	}
 	if _, err := Discover(context.Background(), run, "bob", ""); !IsUsage(err) || !strings.Contains(err.Error(), "--cluster") {
 		t.Errorf("two clusters: err = %v, want a usage error asking for --cluster", err)
 	}
