@@ -4,13 +4,18 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"runtime"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
 func main() {
@@ -26,10 +31,12 @@ max error after removing the global offset with the count of neighbour pairs who
 relative translation is within 1 px and 2 px of the truth. Missing outputs are listed;
 no outputs at all is an error.`,
 		[]cli.Flag{
-			&cli.StringFlag{Name: "project", Aliases: []string{"p"}, Required: true, Usage: "project directory"},
+			&cli.StringFlag{Name: "project", Aliases: []string{"p"}, Usage: "project directory (required unless --edf)"},
 			&cli.IntFlag{Name: "cycle", Value: 1, Usage: "cycle to score"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: "planes", Usage: "table: add one row per (channel, z)"},
+			&cli.BoolFlag{Name: "edf", Usage: "EDF report instead: variance, wavelet, max projection and best slice on synthetic z-stacks with a known depth map (CPU; no project needed)"},
+			&cli.IntFlag{Name: "edf-seeds", Value: 3, Usage: "--edf: stacks averaged"},
 		},
 		run))
 }
@@ -40,6 +47,12 @@ func run(c *cli.Context) error {
 	}
 	if c.NArg() > 0 {
 		return cliutil.Usagef("unexpected arguments %v", c.Args().Slice())
+	}
+	if c.Bool("edf") {
+		return edfReport(c)
+	}
+	if c.String("project") == "" {
+		return cliutil.Usagef("--project is required (unless --edf)")
 	}
 	r, err := accuracy.Evaluate(c.String("project"), c.Int("cycle"))
 	if errors.Is(err, accuracy.ErrBadInput) {
@@ -52,4 +65,26 @@ func run(c *cli.Context) error {
 		return accuracy.WriteJSON(os.Stdout, r)
 	}
 	return accuracy.WriteTable(os.Stdout, r, c.Bool("planes"))
+}
+
+// edfReport is --edf: the EDF methods on synthetic stacks (internal/accuracy.EvaluateEDF).
+func edfReport(c *cli.Context) error {
+	if c.Int("edf-seeds") < 1 {
+		return cliutil.Usagef("--edf-seeds %d: want >= 1", c.Int("edf-seeds"))
+	}
+	seeds := make([]uint64, c.Int("edf-seeds"))
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	r, err := accuracy.EvaluateEDF(c.Context, synth.DefaultEDFStack(), seeds, edf.DefaultParams(),
+		edf.GateFromConfig(config.DefaultQualityGate()), runtime.NumCPU())
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return accuracy.WriteEDFTable(os.Stdout, r)
 }
