@@ -13,22 +13,34 @@ import (
 )
 
 // matlabDir holds real images and the original MATLAB BaSiC results on
-// them (see its README.md).
-const matlabDir = "/work/shared/reference-data/basic-matlab"
+// them (see its README.md: BaSiCPy's public test data, MIT licence, 8 MB).
+// The test fails, never skips, when they are missing.
+const matlabDir = "testdata/basic-matlab"
 
-// matlabRMSTol: a faithful port reaches 0.65 % (darkfield on) and 0.37 %
-// (flat-only) RMS difference to MATLAB's flatfield (README, measured with the
-// original pipeline's NumPy port); 1 % leaves room for the differences in
-// resize anti-aliasing (skimage Gaussian vs MATLAB's widened triangle) and
-// in the darkfield defaults, while still catching any real deviation of the
-// algorithm (a wrong sign or step moves it by several %).
-const matlabRMSTol = 0.01
+// Bounds against MATLAB's results. A faithful port reaches 0.65 % RMS and
+// 2.5 % max flatfield difference with the darkfield on, 0.37 % and 2.2 %
+// flat-only (README of the data, measured with the original pipeline's NumPy
+// port); this port measures 0.649 % / 2.531 % and 0.355 % / 2.138 %, and its
+// darkfield differs from MATLAB's by 0.36 RMS, 3.42 max (image units). The
+// bounds sit just above those figures, below what a wrong ALM step gives:
+// with the dual-variable step halved (Y += μ/2·(D-A-E)) the darkfield run
+// measures 0.986 % RMS, 4.04 % max, darkfield 0.60 RMS, 4.22 max, and fails
+// all four of its bounds.
+type matlabBounds struct {
+	rms, max         float64 // flatfield, fraction of the mean
+	darkRMS, darkMax float64 // darkfield, image units (0 = not compared)
+}
+
+var (
+	matlabDarkBounds = matlabBounds{rms: 0.0075, max: 0.030, darkRMS: 0.45, darkMax: 3.8}
+	matlabFlatBounds = matlabBounds{rms: 0.0042, max: 0.024}
+)
 
 func loadNanog(t *testing.T) *raster.Stack {
 	t.Helper()
 	pages, err := tiffio.ReadFloat32Pages(filepath.Join(matlabDir, "timelapse_nanog_images.tif"))
 	if err != nil {
-		t.Skipf("MATLAB reference data not available: %v", err)
+		t.Fatalf("MATLAB reference data (committed under internal/basic/%s): %v", matlabDir, err)
 	}
 	h, w := pages[0].H, pages[0].W
 	st := raster.NewStack(len(pages), h, w)
@@ -96,10 +108,11 @@ func TestMatlabConformance(t *testing.T) {
 		method basic.DarkfieldMethod
 		ref    string
 		long   bool
+		bound  matlabBounds
 	}{
-		{"darkfield", true, basic.Production().DarkfieldMethod, "timelapse_nanog_flatfield_matlab.tif", false},
-		{"darkfield-original", true, basic.DarkfieldOriginal, "timelapse_nanog_flatfield_matlab.tif", true},
-		{"flatonly", false, basic.Production().DarkfieldMethod, "timelapse_nanog_flatfield_flatonly_matlab.tif", false},
+		{"darkfield", true, basic.Production().DarkfieldMethod, "timelapse_nanog_flatfield_matlab.tif", false, matlabDarkBounds},
+		{"darkfield-original", true, basic.DarkfieldOriginal, "timelapse_nanog_flatfield_matlab.tif", true, matlabDarkBounds},
+		{"flatonly", false, basic.Production().DarkfieldMethod, "timelapse_nanog_flatfield_flatonly_matlab.tif", false, matlabFlatBounds},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.long && testing.Short() {
@@ -127,11 +140,17 @@ func TestMatlabConformance(t *testing.T) {
 					ss += d * d
 					worstD = max(worstD, math.Abs(d))
 				}
-				t.Logf("darkfield vs MATLAB: RMS difference %.2f, max %.2f (image units; MATLAB range -14.8..15.4)",
-					math.Sqrt(ss/float64(len(dref))), worstD)
+				dRMS := math.Sqrt(ss / float64(len(dref)))
+				t.Logf("darkfield vs MATLAB: RMS difference %.2f, max %.2f (image units; MATLAB range -14.8..15.4)", dRMS, worstD)
+				if dRMS > c.bound.darkRMS || worstD > c.bound.darkMax {
+					t.Errorf("%s: darkfield differs from MATLAB's by %.2f RMS, %.2f max; bounds %.2f, %.2f", c.name, dRMS, worstD, c.bound.darkRMS, c.bound.darkMax)
+				}
 			}
-			if rms > matlabRMSTol {
-				t.Errorf("%s: RMS difference to MATLAB flatfield %.3f %% > %.1f %%", c.name, 100*rms, 100*matlabRMSTol)
+			if rms > c.bound.rms {
+				t.Errorf("%s: RMS difference to MATLAB flatfield %.3f %% > %.2f %%", c.name, 100*rms, 100*c.bound.rms)
+			}
+			if worst > c.bound.max {
+				t.Errorf("%s: max difference to MATLAB flatfield %.3f %% > %.2f %%", c.name, 100*worst, 100*c.bound.max)
 			}
 		})
 	}
