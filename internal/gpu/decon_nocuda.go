@@ -16,11 +16,16 @@ func (*Engine) Deconvolver() decon.Deconvolver { return noDecon{} }
 // DevStack is a stack held in device memory; empty in this build.
 type DevStack struct{}
 
+// Dims returns the stack's size (z, y, x); zero in this build.
+func (*DevStack) Dims() (n, h, w int) { return 0, 0, 0 }
+
 // UploadStack returns ErrNoCUDA.
 func (*Engine) UploadStack(context.Context, *raster.Stack) (*DevStack, error) { return nil, ErrNoCUDA }
 
 // DownloadStack returns ErrNoCUDA.
-func (*Engine) DownloadStack(context.Context, *DevStack) (*raster.Stack, error) { return nil, ErrNoCUDA }
+func (*Engine) DownloadStack(context.Context, *DevStack) (*raster.Stack, error) {
+	return nil, ErrNoCUDA
+}
 
 // FreeStack does nothing.
 func (*Engine) FreeStack(*DevStack) {}

@@ -1,0 +1,293 @@
+// Deconvolution (internal/decon): the original's Richardson-Lucy and
+// Biggs-Andrews on a padded (z, y, x) float32 stack, x fastest, by direct
+// convolution. Every tap is summed in the order of decon.Conv (kernel z, y,
+// x ascending) in float32 without FMA contraction, so a convolution is
+// bit-identical to the CPU's. Sums for the stop rule and alpha are float64
+// (atomics: order differs from the CPU). Percentiles by a three-pass radix
+// selection on the float bits (12, 12, 8 bits).
+#include "common.cuh"
+
+#define CBX 32   // threads along x
+#define CBY 8    // threads along y
+#define CPT 4    // outputs per thread along x
+#define MAXKX 64 // kernel width limit (registers of a row segment)
+
+// mirror maps i onto [0, n) by numpy's 'symmetric' rule (decon.Mirror).
+__device__ __forceinline__ int mirror(int i, int n)
+{
+    int p = 2 * n;
+    i %= p;
+    if (i < 0)
+        i += p;
+    if (i >= n)
+        i = p - 1 - i;
+    return i;
+}
+
+// decon_pad: dst (pn, ph, pw) = src (n, h, w) padded symmetrically, bz/by/bx before.
+extern "C" __global__ void decon_pad(float* dst, const float* src, int n, int h, int w, int pn, int ph, int pw, int bz, int by, int bx)
+{
+    i64 total = (i64)pn * ph * pw;
+    GRID_STRIDE(i, total)
+    {
+        int x = (int)(i % pw);
+        i64 r = i / pw;
+        int y = (int)(r % ph);
+        int z = (int)(r / ph);
+        int sz = mirror(z - bz, n), sy = mirror(y - by, h), sx = mirror(x - bx, w);
+        dst[i] = src[((i64)sz * h + sy) * w + sx];
+    }
+}
+
+// decon_check: max of the input as float bits (values >= 0 order like
+// their bits) and the count of values that are negative, NaN or infinite.
+extern "C" __global__ void decon_check(const float* src, i64 n, unsigned int* maxbits, unsigned long long* bad)
+{
+    unsigned int m = 0;
+    unsigned long long b = 0;
+    GRID_STRIDE(i, n)
+    {
+        float v = src[i];
+        if (!(v >= 0.0f) || isinf(v))
+            b++;
+        else
+            m = max(m, __float_as_uint(v));
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        m = max(m, __shfl_down_sync(0xffffffffu, m, o));
+        b += __shfl_down_sync(0xffffffffu, b, o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicMax(maxbits, m);
+        if (b)
+            atomicAdd(bad, b);
+    }
+}
+
+// decon_conv: s = convn(src, k, 'same') with zeros outside src (nz, ny, nx);
+// mode 0: dst = s; 1: dst = aux / (s < eps ? eps : s); 2: dst = s * aux.
+// Block CBX x CBY threads, each CPT consecutive outputs along x; the source
+// tile of one kernel plane lives in shared memory, the kernel in global
+// memory read uniformly (broadcast). Dynamic shared memory:
+// (CBY + ky - 1) * (CBX*CPT + kx - 1) floats.
+extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __restrict__ src, const float* __restrict__ k,
+    int kz, int ky, int kx, int nz, int ny, int nx, int mode, const float* __restrict__ aux, float eps)
+{
+    extern __shared__ float tile[];
+    const int cz = kz / 2, cy = ky / 2, cx = kx / 2;
+    const int TW = CBX * CPT + kx - 1, TH = CBY + ky - 1;
+    const int x0 = blockIdx.x * CBX * CPT, y0 = blockIdx.y * CBY, z = blockIdx.z;
+    const int lx = threadIdx.x, ly = threadIdx.y;
+    const int tid = ly * CBX + lx;
+    float s[CPT];
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        s[j] = 0.0f;
+    for (int a = 0; a < kz; a++) {
+        int sz = z + cz - a;
+        if (sz < 0 || sz >= nz)
+            continue; // uniform over the block
+        __syncthreads();
+        const float* plane = src + (i64)sz * ny * nx;
+        for (int t = tid; t < TW * TH; t += CBX * CBY) {
+            int ty = t / TW, tx = t % TW;
+            int gy = y0 - cy + ty, gx = x0 - cx + tx;
+            tile[t] = (gy >= 0 && gy < ny && gx >= 0 && gx < nx) ? plane[(i64)gy * nx + gx] : 0.0f;
+        }
+        __syncthreads();
+        for (int b = 0; b < ky; b++) {
+            // output (y, x0 + lx*CPT + j) takes src(y + cy - b, x + cx - c):
+            // tile row ly + 2cy - b, tile column lx*CPT + j + 2cx - c.
+            const float* row = tile + (ly + 2 * cy - b) * TW + lx * CPT;
+            const float* kr = k + ((i64)a * ky + b) * kx;
+            for (int c = 0; c < kx; c++) {
+                float kv = __ldg(kr + c);
+                int off = 2 * cx - c;
+#pragma unroll
+                for (int j = 0; j < CPT; j++) {
+                    float p = kv * row[j + off];
+                    s[j] = s[j] + p;
+                }
+            }
+        }
+    }
+    int y = y0 + ly;
+    if (y >= ny)
+        return;
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        int x = x0 + lx * CPT + j;
+        if (x >= nx)
+            continue;
+        i64 i = ((i64)z * ny + y) * nx + x;
+        float v = s[j];
+        if (mode == 1) {
+            float d = v < eps ? eps : v;
+            v = aux[i] / d;
+        } else if (mode == 2) {
+            v = v * aux[i];
+        }
+        dst[i] = v;
+    }
+}
+
+// decon_damp: a = oml*(a*y) + l*b (the damped update; oml = 1 - l in float32).
+extern "C" __global__ void decon_damp(float* a, const float* y, const float* b, float oml, float l, i64 n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float u = a[i] * y[i];
+        a[i] = oml * u + l * b[i];
+    }
+}
+
+// decon_predict: y = max(x + alpha*(x - xp), 0) (Biggs-Andrews prediction).
+extern "C" __global__ void decon_predict(float* y, const float* x, const float* xp, float alpha, i64 n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        float t = v - xp[i];
+        float u = alpha * t;
+        float r = v + u;
+        y[i] = r > 0.0f ? r : 0.0f;
+    }
+}
+
+// decon_rows: copy rows [lo, lo+wh) of every plane of src (nz, ph, nx) into
+// dst (nz, wh, nx) (dir 0), or the core rows back: dst (nz, ph, nx) rows
+// [c0, c1) from src (nz, wh, nx) at row c - lo (dir 1).
+extern "C" __global__ void decon_rows(float* dst, const float* src, int nz, int ph, int nx, int lo, int wh, int c0, int c1, int dir)
+{
+    int rows = dir == 0 ? wh : c1 - c0;
+    i64 total = (i64)nz * rows * nx;
+    GRID_STRIDE(i, total)
+    {
+        int x = (int)(i % nx);
+        i64 r = i / nx;
+        int yy = (int)(r % rows);
+        int z = (int)(r / rows);
+        if (dir == 0)
+            dst[((i64)z * wh + yy) * nx + x] = src[((i64)z * ph + lo + yy) * nx + x];
+        else
+            dst[((i64)z * ph + c0 + yy) * nx + x] = src[((i64)z * wh + c0 - lo + yy) * nx + x];
+    }
+}
+
+// decon_sums over the core rows [c0, c1) of a window (nz, wh, nx) starting
+// at padded row lo: sums[0] += w[z]*(cur - nw)^2; for Biggs (g != 0) also
+// G = nw - y is written to g (padded layout, ph rows) and, when gp != 0,
+// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. w: plane weights (the
+// multiplicity of a plane in the padded z axis; 1 when planes are padded).
+extern "C" __global__ void decon_sums(const float* cur, const float* nw, const float* y, float* g, const float* gp,
+    const double* w, int nz, int ph, int nx, int lo, int wh, int c0, int c1, double* sums)
+{
+    __shared__ double scratch[32];
+    int rows = c1 - c0;
+    i64 total = (i64)nz * rows * nx;
+    double s0 = 0, s1 = 0, s2 = 0;
+    GRID_STRIDE(i, total)
+    {
+        int x = (int)(i % nx);
+        i64 r = i / nx;
+        int yy = (int)(r % rows);
+        int z = (int)(r / rows);
+        i64 li = ((i64)z * wh + c0 - lo + yy) * nx + x;
+        double wz = w[z];
+        double d = (double)cur[li] - (double)nw[li];
+        s0 += wz * (d * d);
+        if (g) {
+            float gv = nw[li] - y[li];
+            i64 gi = ((i64)z * ph + c0 + yy) * nx + x;
+            if (gp) {
+                double q = (double)gp[gi];
+                s1 += wz * ((double)gv * q);
+                s2 += wz * (q * q);
+            }
+            g[gi] = gv;
+        }
+    }
+    s0 = block_sum(s0, scratch);
+    s1 = block_sum(s1, scratch);
+    s2 = block_sum(s2, scratch);
+    if (threadIdx.x == 0) {
+        atomicAdd(&sums[0], s0);
+        if (g) {
+            atomicAdd(&sums[1], s1);
+            atomicAdd(&sums[2], s2);
+        }
+    }
+}
+
+// cropped index i of (n, h, w) -> padded index (bz, by, bx before).
+__device__ __forceinline__ i64 padded_index(i64 i, int h, int w, int ph, int pw, int bz, int by, int bx)
+{
+    int x = (int)(i % w);
+    i64 r = i / w;
+    int y = (int)(r % h);
+    int z = (int)(r / h);
+    return ((i64)(z + bz) * ph + y + by) * pw + x + bx;
+}
+
+// decon_hist: histogram of the bits of |x| over the cropped region: the
+// value's bits u count in bin (u >> shift) & mask when all = 1 or
+// (u >> mshift) == match. bins: global, nbins <= 4096, privatised in shared memory.
+extern "C" __global__ void decon_hist(unsigned long long* bins, const float* x, i64 n, int h, int w, int ph, int pw,
+    int bz, int by, int bx, int shift, int mask, int all, int mshift, unsigned int match)
+{
+    __shared__ unsigned int hs[4096];
+    int nb = mask + 1;
+    for (int t = threadIdx.x; t < nb; t += blockDim.x)
+        hs[t] = 0;
+    __syncthreads();
+    GRID_STRIDE(i, n)
+    {
+        unsigned int u = __float_as_uint(fabsf(x[padded_index(i, h, w, ph, pw, bz, by, bx)]));
+        if (all || (u >> mshift) == match)
+            atomicAdd(&hs[(u >> shift) & mask], 1u);
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < nb; t += blockDim.x)
+        if (hs[t])
+            atomicAdd(&bins[t], (unsigned long long)hs[t]);
+}
+
+// decon_scale: out (n, h, w) = (clip(|x|, lo, hi) - lo)/(hi - lo)*rawMax in
+// float64 (decon.Rescale), or |x| when scale = 0 (decon.Crop).
+extern "C" __global__ void decon_scale(float* out, const float* x, i64 n, int h, int w, int ph, int pw, int bz, int by, int bx,
+    int scale, double lo, double hi, double rawMax)
+{
+    GRID_STRIDE(i, n)
+    {
+        float r = fabsf(x[padded_index(i, h, w, ph, pw, bz, by, bx)]);
+        if (!scale) {
+            out[i] = r;
+            continue;
+        }
+        if (!(hi > lo)) {
+            out[i] = 0.0f;
+            continue;
+        }
+        double v = fmax(lo, fmin(hi, (double)r));
+        double t = v - lo;
+        double d = hi - lo;
+        out[i] = (float)(t / d * rawMax);
+    }
+}
+
+// decon_quantize: dst = round-half-up clip(src, 0, 65535) (decon.Quantize).
+extern "C" __global__ void decon_quantize(unsigned short* dst, const float* src, i64 n)
+{
+    GRID_STRIDE(i, n)
+    {
+        double c = (double)src[i] + 0.5;
+        unsigned short v;
+        if (!(c > 0.0))
+            v = 0;
+        else if (c >= 65535.0)
+            v = 65535;
+        else
+            v = (unsigned short)c;
+        dst[i] = v;
+    }
+}
