@@ -45,38 +45,45 @@ func init() {
 }
 
 // edfStack renders a z x h x w stack fast: a 512 x 512 texture tile
-// (synth.MakeEDFStack, Gaussian blobs with read noise) rendered at every
-// integer defocus 0..z-1, tiled over the plane, each pixel taking the tile
-// at |z - depth(y, x)| rounded, for a smooth depth map spanning slices
-// 3..z-4 (synth.EDFStackOptions.EDFDepth).
+// (synth.MakeEDFStack, Gaussian blobs with read noise) rendered once at the
+// integer defoci 0..8 (more defocus is clipped to 8), tiled over the plane
+// (shifted per channel), each pixel taking the tile at |z - depth(y, x)|
+// rounded, for a smooth depth map spanning slices 3..z-4
+// (synth.EDFStackOptions.EDFDepth).
 func edfStack(ctx context.Context, z, h, w, ch, workers int) ([]*raster.Gray16, error) {
-	const T = 512
-	to := synth.DefaultEDFStack()
-	to.W, to.H, to.NZ, to.DepthLo, to.DepthHi, to.Seed = T, T, z, 0, 0, uint64(ch)
-	tile, err := synth.MakeEDFStack(to)
-	if err != nil {
-		return nil, err
+	const T, maxDefocus = 512, 8
+	if edfTile == nil {
+		to := synth.DefaultEDFStack()
+		to.W, to.H, to.NZ, to.DepthLo, to.DepthHi = T, T, maxDefocus+1, 0, 0
+		t, err := synth.MakeEDFStack(to)
+		if err != nil {
+			return nil, err
+		}
+		edfTile = t
 	}
+	tile := edfTile
 	do := synth.DefaultEDFStack()
 	do.W, do.H, do.DepthLo, do.DepthHi = w, h, 3, float64(z-4)
 	planes := make([]*raster.Gray16, z)
 	for k := range planes {
 		planes[k] = raster.NewGray16(w, h)
 	}
-	err = par.ForEach(ctx, h, workers, func(y int) error {
-		ty := y % T
+	err := par.ForEach(ctx, h, workers, func(y int) error {
+		ty := (y + 131*ch) % T
 		for x := 0; x < w; x++ {
 			d := do.EDFDepth(float64(y), float64(x))
-			tx := x % T
+			tx := (x + 97*ch) % T
 			for k := range planes {
 				dz := int(math.Round(math.Abs(float64(k) - d)))
-				planes[k].Pix[y*w+x] = tile.Planes[min(dz, z-1)].Pix[ty*T+tx]
+				planes[k].Pix[y*w+x] = tile.Planes[min(dz, maxDefocus)].Pix[ty*T+tx]
 			}
 		}
 		return nil
 	})
 	return planes, err
 }
+
+var edfTile *synth.EDFStack
 
 func runEDF(ctx context.Context, f flags) error {
 	z, h, w := edfFlags.z, edfFlags.h, edfFlags.w
