@@ -1,0 +1,202 @@
+//go:build cuda
+
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// The deconvolution benchmark: per channel a z x H x W float32 stack
+// (default the original's 20 x 7493 x 12676) generated in memory (a
+// 512 x 512 decon.NewScene blurred with the channel's PSF, with Poisson and
+// read noise, tiled over the plane; deterministic), deconvolved on the GPU
+// with the original's settings (25 iterations, 5 % stop rule, 0.01 % clip)
+// and the original's light-sheet PSF for the 4 default channels, then with
+// the widefield 3D PSF. Prints per channel the upload, the device time (the
+// device-buffer form: padding, iterations, percentiles, rescale; no I/O), the
+// download, iterations and peak GPU memory; the TIFF write of one channel;
+// and a GPU/CPU comparison on a crop with the CPU's time per voxel.
+var deconFlags struct {
+	h, w, z, channels, wfChannels, crop int
+	alg                                 string
+	io                                  bool
+}
+
+func init() {
+	stages["decon"] = runDecon
+	flag.IntVar(&deconFlags.h, "decon-h", 7493, "decon: plane height, px")
+	flag.IntVar(&deconFlags.w, "decon-w", 12676, "decon: plane width, px")
+	flag.IntVar(&deconFlags.z, "decon-z", 20, "decon: planes per channel")
+	flag.IntVar(&deconFlags.channels, "decon-channels", 4, "decon: channels with the light-sheet PSF (default wavelengths 1..4)")
+	flag.IntVar(&deconFlags.wfChannels, "decon-wf-channels", 1, "decon: channels with the widefield 3D PSF")
+	flag.IntVar(&deconFlags.crop, "decon-crop", 512, "decon: side of the crop compared with the CPU reference (0: none)")
+	flag.StringVar(&deconFlags.alg, "decon-alg", decon.RichardsonLucy, "decon: algorithm")
+	flag.BoolVar(&deconFlags.io, "decon-io", true, "decon: time the TIFF write of one channel (needs ~4 GB in -dir)")
+}
+
+var deconWaves = [][2]float64{{358, 461}, {753, 775}, {560, 575}, {648, 668}}
+
+func deconOptics(ch int) psf.Optics {
+	w := deconWaves[(ch-1)%4]
+	return psf.Optics{DXY: 377, DZ: 1500, NA: 0.75, RI: 1.44, ExNM: w[0], EmNM: w[1], SlitMM: 6.5, FCylMM: 1}
+}
+
+// deconStack tiles a 512 x 512 scene over the plane.
+func deconStack(ctx context.Context, z, h, w int, k *psf.Kernel, seed uint64, workers int) (*raster.Stack, error) {
+	const T = 512
+	sc := decon.NewScene(seed, z, T, T, k, 3)
+	st := raster.NewStack(z, h, w)
+	err := par.ForEach(ctx, z*h, workers, func(r int) error {
+		zz, y := r/h, r%h
+		src := sc.Noisy.Pix[(zz*T+y%T)*T:][:T]
+		dst := st.Pix[(zz*h+y)*w:][:w]
+		for x := 0; x < w; x += T {
+			copy(dst[x:min(w, x+T)], src)
+		}
+		return nil
+	})
+	return st, err
+}
+
+func runDecon(ctx context.Context, f flags) error {
+	df := deconFlags
+	eng, err := gpu.Open(gpu.Options{Device: f.device})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	fmt.Printf("decon bench: %d x %d x %d (x,y,z) per channel, %s, engine %s, %d workers\n", df.w, df.h, df.z, df.alg, eng.Name(), f.workers)
+	p := decon.Params{Algorithm: df.alg, Iterations: 25, StopCriterion: 5, HistClip: 0.01}
+	type job struct {
+		name string
+		ch   int
+		k    *psf.Kernel
+	}
+	var jobs []job
+	for c := 1; c <= df.channels; c++ {
+		k, _, err := psf.LightSheet(deconOptics(c))
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, job{"lightsheet", c, k})
+	}
+	for c := 1; c <= df.wfChannels; c++ {
+		k, _, err := psf.Widefield(deconOptics(c))
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, job{"widefield", c, k})
+	}
+	var sumLS, sumWF float64
+	var nLS, nWF int
+	var lastOut *raster.Stack
+	for _, j := range jobs {
+		t0 := time.Now()
+		st, err := deconStack(ctx, df.z, df.h, df.w, j.k, uint64(j.ch), f.workers)
+		if err != nil {
+			return err
+		}
+		gen := time.Since(t0).Seconds()
+		if err := eng.Trim(); err != nil {
+			return err
+		}
+		if err := eng.ResetPeak(); err != nil {
+			return err
+		}
+		t1 := time.Now()
+		din, err := eng.UploadStack(ctx, st)
+		if err != nil {
+			return err
+		}
+		up := time.Since(t1).Seconds()
+		t2 := time.Now()
+		dout, s, err := eng.DeconvolveDevice(ctx, din, j.k, p)
+		if err != nil {
+			eng.FreeStack(din)
+			return fmt.Errorf("%s channel %d: %w", j.name, j.ch, err)
+		}
+		dev := time.Since(t2).Seconds()
+		t3 := time.Now()
+		out, err := eng.DownloadStack(ctx, dout)
+		if err != nil {
+			return err
+		}
+		down := time.Since(t3).Seconds()
+		ms, err := eng.MemInfo()
+		if err != nil {
+			return err
+		}
+		eng.FreeStack(din)
+		eng.FreeStack(dout)
+		fmt.Printf("  %-10s ch %d PSF %-7s (x,y,z): device %.3f s (%d iterations, %.1f ms/iteration incl. pad+percentile+scale; stopped %v, padded %v, windows %d), upload %.2f s, download %.2f s, peak GPU %.1f GiB (pool %.1f GiB), lo/hi %.4g/%.4g, generate %.1f s\n",
+			j.name, j.ch, j.k, dev, s.Iterations, 1000*dev/float64(s.Iterations), s.Stopped, s.Padded, s.Chunks, up, down,
+			float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30), s.Lo, s.Hi, gen)
+		if j.name == "lightsheet" {
+			sumLS += dev
+			nLS++
+		} else {
+			sumWF += dev
+			nWF++
+		}
+		lastOut = out
+		runtime.GC()
+	}
+	if nLS > 0 {
+		fmt.Printf("light-sheet: %.3f s per channel on the device (target <= 1.5 s; original 100.5 s on the same card)\n", sumLS/float64(nLS))
+	}
+	if nWF > 0 {
+		fmt.Printf("widefield 3D PSF: %.3f s per channel on the device (target <= 5 s)\n", sumWF/float64(nWF))
+	}
+	if df.io && lastOut != nil {
+		dir := filepath.Join(f.dir, "decon-io")
+		os.MkdirAll(dir, 0o755)
+		t0 := time.Now()
+		err := par.ForEach(ctx, lastOut.N, f.workers, func(z int) error {
+			pg := &raster.Gray16{W: lastOut.W, H: lastOut.H, Pix: decon.Quantize(nil, lastOut.Plane(z))}
+			return tiffio.WriteGray16(filepath.Join(dir, fmt.Sprintf("deconv_%03d.tif", z+1)), pg)
+		})
+		fmt.Printf("TIFF write of one channel (%d uint16 planes, incl. rounding): %.2f s (err %v)\n", lastOut.N, time.Since(t0).Seconds(), err)
+		os.RemoveAll(dir)
+	}
+	if df.crop > 0 {
+		k, _, _ := psf.LightSheet(deconOptics(1))
+		st, err := deconStack(ctx, df.z, df.crop, df.crop, k, 1, f.workers)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		want, ws, err := decon.CPU{}.Deconvolve(ctx, st, k, p)
+		if err != nil {
+			return err
+		}
+		cpuSec := time.Since(t0).Seconds()
+		got, gs, err := eng.Deconvolver().Deconvolve(ctx, st, k, p)
+		if err != nil {
+			return err
+		}
+		var m, d float64
+		for i := range want.Pix {
+			m = math.Max(m, float64(want.Pix[i]))
+			d = math.Max(d, math.Abs(float64(got.Pix[i]-want.Pix[i])))
+		}
+		perVox := cpuSec / float64(ws.Iterations) / float64(len(st.Pix))
+		fmt.Printf("crop %dx%dx%d: CPU %.2f s (%d iterations, %d cores), GPU %d iterations, max |GPU-CPU| %.3g of %.4g; CPU estimate for a production channel (%d iterations): %.0f s\n",
+			df.crop, df.crop, df.z, cpuSec, ws.Iterations, runtime.GOMAXPROCS(0), gs.Iterations, d, m, ws.Iterations,
+			perVox*float64(ws.Iterations)*float64(df.z)*float64(df.h)*float64(df.w))
+	}
+	return nil
+}
