@@ -52,20 +52,41 @@ func randomMosaic(rng *rand.Rand, rows, cols, h, w int, ov float64) ([]*raster.G
 	return tiles, pos, prof
 }
 
-// cpuCorrect is stitch.Correct: Normalize16, basic.Transform, clip at 1.
+// cpuCorrect applies the one definition of the stage's correction,
+// basic.CorrectGray16 (stitch.Correct uses it too).
 func cpuCorrect(tiles []*raster.Gray16, prof *basic.Profile, flatMin float32) []*raster.Float32 {
 	out := make([]*raster.Float32, len(tiles))
 	for i, t := range tiles {
-		f := &raster.Float32{W: t.W, H: t.H, Pix: raster.Normalize16(nil, t.Pix)}
-		basic.Transform(f.Pix, f.Pix, prof, flatMin)
-		for j, v := range f.Pix {
-			if v > 1 {
-				f.Pix[j] = 1
-			}
-		}
-		out[i] = f
+		out[i] = raster.NewFloat32(t.W, t.H)
+		basic.CorrectGray16(out[i].Pix, t.Pix, prof, flatMin)
 	}
 	return out
+}
+
+// TestCorrectIsTheRule: the GPU correction gives basic.CorrectGray16 bit for
+// bit, also on a NaN flatfield (floor), a NaN darkfield (0), a zero
+// flatfield and saturated pixels over a dim flatfield (clip at 1).
+func TestCorrectIsTheRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 3))
+	const flatMin = 0.1
+	tiles, _, prof := randomMosaic(rng, 2, 2, 50, 70, 0.3)
+	prof.Flatfield[1], prof.Flatfield[2], prof.Flatfield[3] = float32(math.NaN()), 0, 0.5
+	prof.Darkfield[4] = float32(math.NaN())
+	for _, tl := range tiles {
+		tl.Pix[3] = 65535
+	}
+	want := cpuCorrect(tiles, prof, flatMin)
+	got, err := testEngine.Correct(context.Background(), tiles, prof, flatMin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range tiles {
+		for i := range want[k].Pix {
+			if math.Float32bits(got[k].Pix[i]) != math.Float32bits(want[k].Pix[i]) {
+				t.Fatalf("tile %d pixel %d: GPU %g, basic.CorrectGray16 %g", k, i, got[k].Pix[i], want[k].Pix[i])
+			}
+		}
+	}
 }
 
 // Correction, blending and the fused CorrectAndBlend give the CPU path's

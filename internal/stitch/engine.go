@@ -71,8 +71,8 @@ func (e *CPUEngine) CorrectAndBlend(ctx context.Context, tiles []*raster.Gray16,
 	return out, nil
 }
 
-// Correct applies a profile to raw tiles: clip((x/65535 - dark) /
-// max(flat, flatMin), 0, 1), on workers goroutines.
+// Correct applies a profile to raw tiles with basic.CorrectGray16,
+// clip((x/65535 - dark) / max(flat, flatMin), 0, 1), on workers goroutines.
 func Correct(ctx context.Context, tiles []*raster.Gray16, prof *basic.Profile, flatMin float32, workers int) ([]*raster.Float32, error) {
 	out := make([]*raster.Float32, len(tiles))
 	err := par.ForEach(ctx, len(tiles), workers, func(i int) error {
@@ -80,13 +80,8 @@ func Correct(ctx context.Context, tiles []*raster.Gray16, prof *basic.Profile, f
 		if t.W != prof.W || t.H != prof.H {
 			return fmt.Errorf("tile %d is %dx%d, profile %dx%d", i+1, t.W, t.H, prof.W, prof.H)
 		}
-		f := &raster.Float32{W: t.W, H: t.H, Pix: raster.Normalize16(nil, t.Pix)}
-		basic.Transform(f.Pix, f.Pix, prof, flatMin)
-		for j, v := range f.Pix {
-			if v > 1 {
-				f.Pix[j] = 1
-			}
-		}
+		f := raster.NewFloat32(t.W, t.H)
+		basic.CorrectGray16(f.Pix, t.Pix, prof, flatMin) // the one definition of the rule
 		out[i] = f
 		return nil
 	})
