@@ -40,6 +40,7 @@ func Run(t *testing.T, impl edf.Fuser, o Options) {
 	t.Run("DepthRecovery", func(t *testing.T) { testDepthRecovery(t, impl) })
 	t.Run("Border", func(t *testing.T) { testBorder(t, impl) })
 	t.Run("Gate", func(t *testing.T) { testGate(t, impl) })
+	t.Run("Ties", func(t *testing.T) { testTies(t, impl) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, impl) })
 	t.Run("Wavelet", func(t *testing.T) { testWavelet(t, impl, o) })
 }
@@ -293,6 +294,27 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	for name, s := range map[string][]*raster.Gray16{"empty": empty, "saturated": sat} {
 		if _, err := impl.EDF(ctx, s, defGate, edf.DefaultParams()); !errors.Is(err, edf.ErrTooFewSlices) {
 			t.Errorf("%s stack: error %v, want ErrTooFewSlices", name, err)
+		}
+	}
+}
+
+// Equal variances pick the first slice (numpy argmax): a stack of
+// identical slices fuses to the first used one everywhere, with and
+// without index smoothing.
+func testTies(t *testing.T, impl edf.Fuser) {
+	st := mustStack(t, synth.DefaultEDFStack())
+	same := []*raster.Gray16{st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3]}
+	for _, zs := range []float64{0, 1} {
+		p := edf.DefaultParams()
+		p.ZSmoothSigma = zs
+		res, err := impl.EDF(context.Background(), same, defGate, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range res.Index {
+			if k != 1 { // slices 1..4 used (six valid: first and last dropped)
+				t.Fatalf("z_smooth_sigma %g: identical slices, pixel %d from slice %d, want the first used (1)", zs, i, k)
+			}
 		}
 	}
 }
