@@ -1,0 +1,45 @@
+//go:build cuda
+
+package stitch
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+// gpuStageTol: what the CUDA stage must hold against the CPU stage on the
+// same synthetic project. The BaSiC fits agree within the GPU fit test's
+// bounds (internal/gpu TestBaSiCMatchesCPU: 1e-3 flatfield, 1 count
+// darkfield; float32 on the device vs float64, reductions in another order);
+// the alignment then sees a reference plane corrected with profiles that
+// differ by that much, so positions may move by a few hundredths of a pixel.
+// The correction and blend are the CPU rule bit for bit
+// (TestCorrectIsTheRule, TestCorrectAndBlendMatchCPU), so the mosaic must
+// equal the rule applied with the run's own profile and positions within the
+// one count of the profile files' float32 darkfield. Against the CPU run's
+// mosaic, with tile positions rounded alike, a pixel may differ by the
+// profile differences: 1 count of darkfield and 1e-3 of flatfield, plus one
+// count of rounding: 2 counts + 0.2 % of the value.
+var gpuStageTol = stageTol{Pos: 0.05, Flat: 1e-3, Dark: 1, Self: 1, Abs: 2, Rel: 2e-3}
+
+// TestStageGPUMatchesCPU runs the whole stage (stitch.Run: discovery,
+// BaSiC per channel x z-plane, alignment, correction, blending, the staged
+// output) on the CUDA engine and on the CPU engine for the same small
+// synthetic project (2 x 3 tiles of 160 x 200 px, 2 channels, 3 z-planes)
+// and compares every output file within gpuStageTol.
+func TestStageGPUMatchesCPU(t *testing.T) {
+	cfg := project(t)
+	g, err := OpenGPU(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("close GPU engine: %v", err)
+		}
+	}()
+	cpu, gpu := filepath.Join(t.TempDir(), "cpu"), filepath.Join(t.TempDir(), "gpu")
+	runStage(t, cfg, NewCPUEngine(4), 4, 0, cpu)
+	runStage(t, cfg, g, 4, DefaultGPUBatch, gpu)
+	compareStage(t, cfg, cpu, gpu, gpuStageTol)
+}
