@@ -75,6 +75,10 @@ func ExitCode(err error) int {
 		return ExitLocked
 	case errors.As(err, &ue):
 		return ExitUsage
+	case errors.Is(err, membudget.ErrTooSmall), errors.As(err, new(*membudget.UsageError)):
+		// A budget below a stage's smallest working set, or a malformed
+		// budget: the fix is in the job's resources, as for bad input.
+		return ExitUsage
 	default:
 		return ExitFailure
 	}

@@ -2,10 +2,13 @@ package cliutil
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 )
 
 func TestMemBudget(t *testing.T) {
@@ -29,5 +32,15 @@ func TestMemBudget(t *testing.T) {
 	env["SLURM_MEM_PER_NODE"] = "4G"
 	if _, err := MemBudget(0, func(k string) string { return env[k] }, lg); err == nil || ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "SLURM_MEM_PER_NODE") {
 		t.Errorf("malformed SLURM_MEM_PER_NODE: %v (exit %d), want exit %d naming the variable", err, ExitCode(err), ExitUsage)
+	}
+}
+
+func TestMemBudgetExitCodes(t *testing.T) {
+	need := fmt.Errorf("cycle 1: %w", &membudget.NeedError{Stage: "stitch", Budget: 1 << 20, Need: 1 << 30, ConfigKey: "resources.mem_stitch"})
+	if c := ExitCode(need); c != ExitUsage {
+		t.Errorf("budget below the need: exit %d, want %d", c, ExitUsage)
+	}
+	if c := ExitCode(&membudget.UsageError{Msg: "x"}); c != ExitUsage {
+		t.Errorf("malformed budget: exit %d, want %d", c, ExitUsage)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 )
@@ -40,9 +42,18 @@ type Options struct {
 	Engine  Engine
 	Workers int // goroutines for I/O and CPU work
 	// Batch is how many planes are read and fitted together (GPU engines
-	// batch their fits); 0 means Workers.
-	Batch  int
-	Logger *slog.Logger
+	// batch their fits); 0 means Workers. A memory budget may lower it.
+	Batch int
+	// MemBudget is the host memory (resident set, bytes) the stage may use
+	// (cliutil.MemBudget: --mem-budget, SLURM, cgroup, physical memory):
+	// the read-ahead, the batch and the write-behind are sized from it (see
+	// memory.go), and a budget below the smallest working set is a
+	// *membudget.NeedError before any work (no output). 0: no budget (the
+	// batch as asked, one batch read ahead, one write slot per worker).
+	MemBudget int64
+	// MemBudgetSource says where MemBudget came from, for logs and errors.
+	MemBudgetSource string
+	Logger          *slog.Logger
 }
 
 // Timings are the wall-clock seconds spent per step (steps overlap: reading
@@ -97,6 +108,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	lg.Info("cycle found", "cycle", o.Cycle, "dir", cyc.Dir, "tiles", cyc.Tiles(), "grid", fmt.Sprintf("%dx%d", cyc.Rows, cyc.Cols),
 		"tile_px", fmt.Sprintf("%dx%d", cyc.W, cyc.H), "z", len(cyc.Z), "channels", cyc.Channels, "engine", o.Engine.Name())
 
+	// The memory plan, first from the nominal mosaic size: a budget below
+	// the smallest working set stops here, before any output.
+	nPlanes := len(cyc.Channels) * len(cyc.Z)
+	geom := geometry{Tiles: cyc.Tiles(), H: cyc.H, W: cyc.W, Workers: workers, WorkingDim: basicParams(cfg).WorkingSize}
+	geom.MosaicH, geom.MosaicW = nominalMosaic(cyc.Rows, cyc.H, cfg), nominalMosaic(cyc.Cols, cyc.W, cfg)
+	mm := newMemModel(o.Engine, geom, o.MemBudget, o.MemBudgetSource)
+	if _, err := mm.choose(min(batch, nPlanes)); err != nil {
+		return nil, err
+	}
+	defer membudget.SetGoLimit(mm.goLimit())()
+
 	final := OutDir(cfg.ProjectDir, o.Cycle)
 	stage, err := staging.New(final)
 	if err != nil {
@@ -104,9 +126,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	// Background writes must finish before a failed cycle's staging
 	// directory is removed, or a late write would recreate it.
-	w := newWriter(ctx, workers)
+	var w *writer
 	defer func() {
-		w.wait()
+		if w != nil {
+			w.wait()
+		}
 		stage.Abort()
 	}()
 
@@ -147,6 +171,22 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := writePositions(filepath.Join(stage.Path, "tile_positions.csv"), cyc, pos); err != nil {
 		return nil, err
 	}
+	// The reference plane is read again in its turn: holding it through
+	// the first channel would cost a plane of the budget.
+	refTiles = nil
+
+	// The plan again with the measured mosaic size.
+	geom.MosaicH, geom.MosaicW = mosaicSize(pos, cyc.H, cyc.W)
+	mm = newMemModel(o.Engine, geom, o.MemBudget, o.MemBudgetSource)
+	mp, err := mm.choose(min(batch, nPlanes))
+	if err != nil {
+		return nil, err
+	}
+	lg.Info("memory plan", "cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+		"batch", mp.Batch, "planes_in_memory", mp.Planes, "write_slots", mp.Writes,
+		"planned", membudget.Format(mm.need(mp)), "go_limit", membudget.Format(mm.goLimit()),
+		"raw_plane", membudget.Format(mm.raw), "mosaic", fmt.Sprintf("%dx%d px, %s", geom.MosaicW, geom.MosaicH, membudget.Format(mm.mosaic)))
+	w = newWriter(mp.Writes)
 
 	var planes []plane
 	for _, ch := range cyc.Channels {
@@ -157,69 +197,77 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	blendP := blend.Params{Sigma: cfg.BlendSigma, OverlapY: cfg.TileOverlap, OverlapX: cfg.TileOverlap}
 	flatMin := float32(cfg.BasicFlatfieldMin)
 
-	// Read batches ahead of compute (double buffering).
-	type batchData struct {
-		planes []plane
-		tiles  [][]*raster.Gray16
-		err    error
+	// Read planes ahead of compute into at most mp.Planes plane slots: a
+	// slot is taken before a plane is read and given back as soon as the
+	// plane is blended, so raw tiles never exceed the plan.
+	type planeData struct {
+		pl    plane
+		tiles []*raster.Gray16
+		err   error
 	}
-	batches := make(chan batchData, 1)
+	ready := make(chan planeData, len(planes))
+	slots := make(chan struct{}, mp.Planes)
 	readCtx, cancelRead := context.WithCancel(ctx)
 	defer cancelRead()
 	var readSecs float64
+	readDone := make(chan struct{})
 	go func() {
-		defer close(batches)
-		for i := 0; i < len(planes); i += batch {
-			b := batchData{planes: planes[i:min(i+batch, len(planes))]}
-			t0 := time.Now()
-			for _, pl := range b.planes {
-				if pl == ref {
-					b.tiles = append(b.tiles, refTiles)
-					continue
-				}
-				tiles, err := cyc.ReadPlane(readCtx, pl.z, pl.ch, workers)
-				if err != nil {
-					b.err = err
-					break
-				}
-				b.tiles = append(b.tiles, tiles)
-			}
-			readSecs += since(t0)
+		defer close(readDone)
+		for _, pl := range planes {
 			select {
-			case batches <- b:
+			case slots <- struct{}{}:
 			case <-readCtx.Done():
 				return
 			}
-			if b.err != nil {
+			t0 := time.Now()
+			tiles, err := cyc.ReadPlane(readCtx, pl.z, pl.ch, workers)
+			readSecs += since(t0)
+			ready <- planeData{pl: pl, tiles: tiles, err: err}
+			if err != nil {
 				return
 			}
 		}
 	}()
+	// readSecs is read after the reader is done.
+	defer func() { cancelRead(); <-readDone }()
 
 	done, fallbacks := 0, 0
-	for b := range batches {
-		if b.err != nil {
-			return nil, b.err
+	for lo := 0; lo < len(planes); lo += mp.Batch {
+		n := min(mp.Batch, len(planes)-lo)
+		b := make([]planeData, 0, n)
+		for range n {
+			var d planeData
+			select {
+			case d = <-ready:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if d.err != nil {
+				return nil, d.err
+			}
+			b = append(b, d)
 		}
 		// Fit every plane of the batch except the reference, already fitted.
 		var fitPlanes [][]*raster.Gray16
 		var fitIDs []plane
-		for i, pl := range b.planes {
-			if pl != ref {
-				fitPlanes = append(fitPlanes, b.tiles[i])
-				fitIDs = append(fitIDs, pl)
+		for _, d := range b {
+			if d.pl != ref {
+				fitPlanes = append(fitPlanes, d.tiles)
+				fitIDs = append(fitIDs, d.pl)
 			}
 		}
 		t0 := time.Now()
 		var profs []basic.Profile
 		if len(fitPlanes) > 0 {
 			if profs, err = fit(fitPlanes, fitIDs); err != nil {
-				return nil, fmt.Errorf("cycle %d: basic fit of %v: %w", o.Cycle, b.planes, err)
+				return nil, fmt.Errorf("cycle %d: basic fit of %v: %w", o.Cycle, fitIDs, err)
 			}
 		}
+		fitPlanes = nil
 		tm.Fit += since(t0)
 		k := 0
-		for i, pl := range b.planes {
+		for i := range b {
+			pl := b[i].pl
 			prof := &refProf[0]
 			if pl != ref {
 				prof = &profs[k]
@@ -233,14 +281,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 					"cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
 			}
 			t0 := time.Now()
-			mosaic, err := o.Engine.CorrectAndBlend(ctx, b.tiles[i], prof, flatMin, pos, blendP)
+			mosaic, err := o.Engine.CorrectAndBlend(ctx, b[i].tiles, prof, flatMin, pos, blendP)
 			if err != nil {
 				return nil, fmt.Errorf("cycle %d CH%d Z%d: correct and blend: %w", o.Cycle, pl.ch, pl.z, err)
 			}
 			tm.CorrectBlend += since(t0)
+			// The plane's raw tiles are no longer needed: free its slot.
+			b[i].tiles = nil
+			<-slots
 			chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", pl.ch))
-			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic)
-			w.profile(filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
+			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic, filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
+			mosaic = nil
 			if err := w.err(); err != nil {
 				return nil, err
 			}
@@ -248,6 +299,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			lg.Debug("plane done", "cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "done", done, "of", len(planes),
 				"basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
 		}
+		profs = nil
 		lg.Info("progress", "cycle", o.Cycle, "planes", fmt.Sprintf("%d/%d", done, len(planes)), "elapsed_s", fmt.Sprintf("%.1f", since(start)))
 	}
 	if err := ctx.Err(); err != nil {
@@ -256,6 +308,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := w.wait(); err != nil {
 		return nil, err
 	}
+	cancelRead()
+	<-readDone
 	tm.Read += readSecs
 	tm.Write = w.seconds()
 	tm.Total = since(start)
@@ -333,6 +387,33 @@ func uniformFlat(p *basic.Profile) bool {
 	return true
 }
 
+// nominalMosaic is the mosaic's extent along an axis of n tiles of size px
+// at the configured overlap, with room for stage jitter (pou % of a tile per
+// step, at least 2 %): the memory check's estimate before the alignment.
+func nominalMosaic(n, size int, cfg *config.Config) int {
+	step := float64(size) * (1 - cfg.TileOverlap)
+	slack := max(0.02, cfg.POU/100) * float64(size) * float64(n-1)
+	return int(math.Ceil(step*float64(n-1)+slack)) + size
+}
+
+// mosaicSize is the blended mosaic's height and width for positions (as
+// blend.NewLayout: rounded positions plus one tile).
+func mosaicSize(pos []raster.Point, h, w int) (int, int) {
+	var mh, mw int
+	for _, p := range pos {
+		mh = max(mh, int(math.Round(max(0, p.Y)))+h)
+		mw = max(mw, int(math.Round(max(0, p.X)))+w)
+	}
+	return mh, mw
+}
+
+func budgetText(b int64, src string) string {
+	if b <= 0 {
+		return "none"
+	}
+	return membudget.Format(b) + " (" + src + ")"
+}
+
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
 func f2(v float64) string       { return fmt.Sprintf("%.2f", v) }
 
@@ -369,8 +450,8 @@ type writer struct {
 	secs  float64
 }
 
-func newWriter(_ context.Context, slots int) *writer {
-	return &writer{sem: make(chan struct{}, max(2, slots))}
+func newWriter(slots int) *writer {
+	return &writer{sem: make(chan struct{}, max(1, slots))}
 }
 
 func (w *writer) do(fn func() error) {
@@ -389,18 +470,19 @@ func (w *writer) do(fn func() error) {
 	}()
 }
 
-func (w *writer) plane(path string, img *raster.Gray16) {
-	w.do(func() error { return writeGray16(path, img) })
-}
-
-// profile writes the flatfield (mean 1) and the darkfield in counts.
-func (w *writer) profile(prefix string, p *basic.Profile) {
+// plane writes one stitched plane and its profiles (prefix_flatfield.tif,
+// mean 1, and prefix_darkfield.tif in counts) as one job: a write slot
+// holds one plane's outputs.
+func (w *writer) plane(path string, img *raster.Gray16, prefix string, p *basic.Profile) {
 	flat := &raster.Float32{W: p.W, H: p.H, Pix: p.Flatfield}
 	dark := &raster.Float32{W: p.W, H: p.H, Pix: make([]float32, len(p.Darkfield))}
 	for i, v := range p.Darkfield {
 		dark.Pix[i] = v * 65535
 	}
 	w.do(func() error {
+		if err := writeGray16(path, img); err != nil {
+			return err
+		}
 		if err := writeFloat32(prefix+"_flatfield.tif", flat); err != nil {
 			return err
 		}

@@ -1,0 +1,238 @@
+package stitch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+)
+
+// The child side of the budget tests: run by TestMemBudget* in a fresh
+// process (this test binary re-executed) so that the kernel's peak resident
+// set (VmHWM) is the stage's own. It does nothing in a normal test run.
+const childEnv = "KINTSUGI_STITCH_MEM_CHILD" // config path,budget bytes,batch,workers
+
+func TestMemBudgetChild(t *testing.T) {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return
+	}
+	f := strings.Split(spec, ",")
+	budget, _ := strconv.ParseInt(f[1], 10, 64)
+	batch, _ := strconv.Atoi(f[2])
+	workers, _ := strconv.Atoi(f[3])
+	cfg, err := config.Load(f[0])
+	if err == nil {
+		_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: cheapFit{NewCPUEngine(workers)}, Workers: workers,
+			Batch: batch, MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(cliutil.ExitCode(err))
+	}
+	fmt.Printf("VMHWM %d\n", membudget.PeakRSS())
+	os.Exit(0)
+}
+
+// cheapFit is the CPU engine with BaSiC cut to 40 iterations and 2
+// reweighting rounds: the same buffers as the CPU engine (the stage sizes it
+// with the CPU model, as every engine it does not know), in a fraction of
+// the time. These tests are about memory, not about the fit.
+type cheapFit struct{ *CPUEngine }
+
+func (c cheapFit) Fit(ctx context.Context, planes [][]*raster.Gray16, p basic.Params) ([]basic.Profile, error) {
+	p.MaxIterations, p.MaxReweightIterations = 40, 2
+	return c.CPUEngine.Fit(ctx, planes, p)
+}
+
+// childRun runs the stage on cfgPath in a child process and returns its peak
+// resident set, its stderr and its exit code.
+func childRun(t *testing.T, cfgPath string, budget int64, batch, workers int) (int64, string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMemBudgetChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d,%d", childEnv, cfgPath, budget, batch, workers), "GOMEMLIMIT=", "GOGC=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var peak int64
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "VMHWM "); ok {
+			peak, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if code == 0 && peak <= 0 {
+		t.Fatalf("child printed no peak:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	return peak, stderr.String(), code
+}
+
+// budgetProject writes a one-channel cycle whose planes, not the runtime,
+// dominate the stage's memory: 2 x 3 tiles of 1440 x 1920 px (production
+// tiles), 6 z-planes.
+func budgetProject(t *testing.T) (string, *config.Config) {
+	t.Helper()
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.OutDir = t.TempDir()
+	o.TileH, o.TileW = 1440, 1920
+	o.NZ, o.NCycles, o.Cycles, o.Channels = 6, 1, []int{1}, []int{1}
+	o.WriteTruthScene = false
+	cfg := synthProject(t, o)
+	return filepath.Join(o.OutDir, "config.yaml"), cfg
+}
+
+// outputs reads every file of a finished cycle except the sentinel (it
+// holds the time and the duration).
+func outputs(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == ".snakemake_complete" {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMemBudgetHeld runs the stage unconstrained and under a budget below
+// that run's peak, each in its own process: the constrained run's own peak
+// resident set stays within its budget and its outputs are byte-identical.
+func TestMemBudgetHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two stage runs in child processes (about 15 s of CPU)")
+	}
+	cfgPath, cfg := budgetProject(t)
+	out := OutDir(cfg.ProjectDir, 1)
+	const batch, workers = 4, 2
+
+	free, stderr, code := childRun(t, cfgPath, 0, batch, workers)
+	if code != 0 {
+		t.Fatalf("unconstrained run: exit %d\n%s", code, stderr)
+	}
+	want := outputs(t, out)
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the stage needs at least, from its own model and this cycle.
+	g := geometry{Tiles: 6, H: 1440, W: 1920, Workers: workers, WorkingDim: 128}
+	g.MosaicH, g.MosaicW = nominalMosaic(2, 1440, cfg), nominalMosaic(3, 1920, cfg)
+	minNeed := newMemModel(NewCPUEngine(workers), g, 0, "").need(minPlan)
+	budget := free * 6 / 10
+	t.Logf("unconstrained peak %s; smallest working set %s; budget %s", membudget.Format(free), membudget.Format(minNeed), membudget.Format(budget))
+	if budget < minNeed {
+		t.Fatalf("test data too small: 60%% of the unconstrained peak (%s) is below the smallest working set (%s)",
+			membudget.Format(budget), membudget.Format(minNeed))
+	}
+	peak, stderr, code := childRun(t, cfgPath, budget, batch, workers)
+	if code != 0 {
+		t.Fatalf("run under %s: exit %d\n%s", membudget.Format(budget), code, stderr)
+	}
+	t.Logf("peak under the budget %s: %s", membudget.Format(budget), membudget.Format(peak))
+	if peak > budget {
+		t.Errorf("peak resident set %s exceeds the budget %s (unconstrained %s)", membudget.Format(peak), membudget.Format(budget), membudget.Format(free))
+	}
+	if !strings.Contains(stderr, "memory plan") && !strings.Contains(stderr, "planes_in_memory") {
+		// The plan is logged at info; the child logs to stderr through slog's default.
+		t.Logf("child log:\n%s", stderr)
+	}
+	got := outputs(t, out)
+	if len(got) != len(want) || len(got) < 13 {
+		t.Fatalf("%d output files under the budget, %d unconstrained", len(got), len(want))
+	}
+	for name, b := range want {
+		if !bytes.Equal(got[name], b) {
+			t.Errorf("%s differs between the unconstrained and the budgeted run", name)
+		}
+	}
+}
+
+// TestMemBudgetTooSmall asks for a budget below the smallest working set:
+// the stage stops before any work with an error naming the budget, the
+// need and the config key, exit 2, and leaves nothing under stitched/.
+func TestMemBudgetTooSmall(t *testing.T) {
+	cfgPath, cfg := budgetProject(t)
+	_, stderr, code := childRun(t, cfgPath, 40*membudget.MB, 0, 2)
+	if code != cliutil.ExitUsage {
+		t.Fatalf("exit %d, want %d\n%s", code, cliutil.ExitUsage, stderr)
+	}
+	for _, s := range []string{"memory budget 40 MiB", "needs", ConfigKeyMem, "--mem-budget"} {
+		if !strings.Contains(stderr, s) {
+			t.Errorf("error lacks %q:\n%s", s, stderr)
+		}
+	}
+	stitched := filepath.Dir(OutDir(cfg.ProjectDir, 1))
+	if ents, err := os.ReadDir(stitched); err == nil && len(ents) > 0 {
+		t.Errorf("partial output under %s: %v", stitched, ents)
+	}
+}
+
+// The plans shrink monotonically to the smallest working set, every plan
+// holds a whole batch, and choose takes the first that fits.
+func TestMemPlans(t *testing.T) {
+	g := geometry{Tiles: 63, H: 1440, W: 1920, MosaicH: 7488, MosaicW: 12672, Workers: 16, WorkingDim: 128}
+	for name, eng := range map[string]Engine{"cpu": NewCPUEngine(16), "gpu": &GPUEngine{}} {
+		m := newMemModel(eng, g, 0, "")
+		ps := plans(8, 16)
+		if ps[len(ps)-1] != minPlan {
+			t.Fatalf("last plan %+v, want %+v", ps[len(ps)-1], minPlan)
+		}
+		for i, p := range ps {
+			if p.Planes < p.Batch || p.Batch < 1 || p.Writes < 1 {
+				t.Errorf("plan %+v", p)
+			}
+			if i > 0 && m.need(p) > m.need(ps[i-1]) {
+				t.Errorf("%s: plan %+v needs %s, more than the plan before it (%s)", name, p, membudget.Format(m.need(p)), membudget.Format(m.need(ps[i-1])))
+			}
+		}
+		for _, p := range ps {
+			m.budget = m.need(p)
+			got, err := m.choose(8)
+			if err != nil || m.need(got) > m.budget {
+				t.Errorf("budget %s: plan %+v %v", membudget.Format(m.budget), got, err)
+			}
+		}
+		m.budget = m.need(minPlan) - 1
+		var ne *membudget.NeedError
+		if _, err := m.choose(8); !errors.As(err, &ne) || ne.Need != m.need(minPlan) || ne.ConfigKey != ConfigKeyMem {
+			t.Errorf("budget 1 byte short: %v", err)
+		}
+		t.Logf("%s: production cycle: preferred plan %s, smallest %s", name, membudget.Format(m.need(ps[0])), membudget.Format(m.need(minPlan)))
+	}
+	// The target: a production cycle on the GPU under 6 GiB keeps
+	// the GPU's batch of 8.
+	m := newMemModel(&GPUEngine{}, g, 6<<30, membudget.SourceFlag)
+	if p, err := m.choose(8); err != nil || p.Batch != 8 {
+		t.Errorf("GPU, production cycle, 6 GiB: plan %+v %v", p, err)
+	}
+}
