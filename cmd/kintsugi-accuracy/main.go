@@ -14,6 +14,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
@@ -37,6 +38,8 @@ no outputs at all is an error.`,
 			&cli.BoolFlag{Name: "planes", Usage: "table: add one row per (channel, z)"},
 			&cli.BoolFlag{Name: "edf", Usage: "EDF report instead: variance, wavelet, max projection and best slice on synthetic z-stacks with a known depth map (CPU; no project needed)"},
 			&cli.IntFlag{Name: "edf-seeds", Value: 3, Usage: "--edf: stacks averaged"},
+			&cli.BoolFlag{Name: "decon", Usage: "deconvolution report instead: relative RMS error vs the sharp truth before and after Richardson-Lucy and Biggs-Andrews for the light-sheet and widefield PSFs, and the iterations Biggs-Andrews needs to reach RL's error (CPU; no project needed)"},
+			&cli.IntSliceFlag{Name: "decon-size", Value: cli.NewIntSlice(6, 128, 128), Usage: "--decon: synthetic stack size z,y,x"},
 		},
 		run))
 }
@@ -50,6 +53,9 @@ func run(c *cli.Context) error {
 	}
 	if c.Bool("edf") {
 		return edfReport(c)
+	}
+	if c.Bool("decon") {
+		return deconReport(c)
 	}
 	if c.String("project") == "" {
 		return cliutil.Usagef("--project is required (unless --edf)")
@@ -87,4 +93,22 @@ func edfReport(c *cli.Context) error {
 		return enc.Encode(r)
 	}
 	return accuracy.WriteEDFTable(os.Stdout, r)
+}
+
+// deconReport is --decon: internal/accuracy.EvaluateDecon with the CPU reference.
+func deconReport(c *cli.Context) error {
+	sz := c.IntSlice("decon-size")
+	if len(sz) != 3 || sz[0] < 1 || sz[1] < 8 || sz[2] < 8 {
+		return cliutil.Usagef("--decon-size %v: want z,y,x with z >= 1 and y, x >= 8", sz)
+	}
+	r, err := accuracy.EvaluateDecon(c.Context, decon.CPU{}, sz[0], sz[1], sz[2], 3, runtime.NumCPU())
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return accuracy.WriteDeconTable(os.Stdout, r)
 }

@@ -64,7 +64,7 @@ func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st
 		gprev = raster.NewStack(obs.N, obs.H, obs.W)
 	}
 	_ = n
-	stop := Stopper{Criterion: p.StopCriterion}
+	stop := Stopper{Criterion: p.StopCriterion, IgnoreGrowth: p.Biggs()}
 	var alpha float64
 	var ws winScratch
 	for it := 0; it < p.Iterations; it++ {

@@ -30,7 +30,8 @@
 // Biggs-Andrews (MATLAB deconvlucy, cudaDecon): from the third iteration on
 // the update starts from the prediction Y = max(X_k + α(X_k - X_{k-1}), 0),
 // α = Σ G_{k-1}·G_{k-2} / Σ G_{k-2}², clamped to [0, 1], G_j = X_{j+1} - Y_j;
-// the stop rule uses delta = ||X_k - X_{k+1}||.
+// the stop rule uses delta = ||X_k - X_{k+1}|| and ignores iterations whose
+// step grew (delta_rel < 0, see Stopper).
 //
 // Chunking: the padded stack is split along y into windows; every
 // iteration each window is updated from the previous iterate with a halo of
@@ -246,10 +247,15 @@ func Crop(padded *raster.Stack, g Geometry) *raster.Stack {
 }
 
 // Stopper applies the original's stop rule to successive deltas.
+// IgnoreGrowth (set for Biggs-Andrews) does not stop on a negative
+// delta_rel: the accelerated steps grow while α rises, which the original
+// rule (made for plain RL, whose steps shrink) would take for convergence
+// after the third iteration.
 type Stopper struct {
-	Criterion float64
-	prev      float64
-	i         int
+	Criterion    float64
+	IgnoreGrowth bool
+	prev         float64
+	i            int
 }
 
 // Step takes the delta of iteration i (0-based, in order) and returns
@@ -262,6 +268,9 @@ func (s *Stopper) Step(delta float64) (rel float64, stop bool) {
 	rel = (s.prev - delta) / s.prev * 100
 	if s.prev == 0 {
 		rel = 0 // 0/0: converged exactly
+	}
+	if s.IgnoreGrowth && rel < 0 {
+		return rel, false
 	}
 	return rel, rel <= s.Criterion
 }

@@ -271,7 +271,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 		}
 	}
 	oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
-	stop := decon.Stopper{Criterion: p.StopCriterion}
+	stop := decon.Stopper{Criterion: p.StopCriterion, IgnoreGrowth: p.Biggs()}
 	var alpha float64
 	for it := 0; it < p.Iterations; it++ {
 		if err := checkCtx(ctx); err != nil {

@@ -222,7 +222,7 @@ func reference(in *raster.Stack, k *psf.Kernel, p decon.Params) ([]float32, []fl
 		rels = append(rels, rel)
 		deltaPrev = delta
 		xprev, x = x, xn
-		if it > 0 && rel <= p.StopCriterion {
+		if it > 0 && rel <= p.StopCriterion && !(p.Biggs() && rel < 0) {
 			break
 		}
 	}

@@ -1,0 +1,111 @@
+package accuracy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
+)
+
+// DeconReport scores deconvolution on synthetic stacks with a known sharp
+// truth (decon.NewScene: spots and lines blurred by the PSF, Poisson shot
+// noise and Gaussian read noise), for the original's light-sheet PSF of the
+// four default channels and a widefield Born-Wolf PSF.
+type DeconReport struct {
+	Size  [3]int // z, y, x
+	Read  float64
+	Cases []DeconCase
+}
+
+// DeconCase is one PSF: the relative RMS error (||r - truth|| / ||truth||,
+// counts, |RL| before the percentile rescale) of the noisy observation and
+// of both variants with the original's stop rule, and how many iterations
+// Biggs-Andrews (stop rule off) needs to reach RL's final error.
+type DeconCase struct {
+	Name        string
+	Kernel      string // x,y,z
+	Before      float64
+	RLErr       float64
+	RLIters     int
+	BiggsErr    float64
+	BiggsIters  int
+	BiggsToRL   int // 0: not reached within the cap
+	Cap         int
+	BlurredOnly float64 // error of the noise-free blurred stack (the blur alone)
+}
+
+// DeconOptics are the original's default optics with channel ch's default
+// wavelengths (1 DAPI 358/461, 2 Cy7 753/775, 3 560/575, 4 648/668 nm).
+func DeconOptics(ch int) psf.Optics {
+	w := [][2]float64{{358, 461}, {753, 775}, {560, 575}, {648, 668}}[(ch-1)%4]
+	return psf.Optics{DXY: 377, DZ: 1500, NA: 0.75, RI: 1.44, ExNM: w[0], EmNM: w[1], SlitMM: 6.5, FCylMM: 1}
+}
+
+// EvaluateDecon runs the report with impl (decon.CPU for the command) on a
+// z x h x w scene per PSF (seed 1), read noise readNoise counts.
+func EvaluateDecon(ctx context.Context, impl decon.Deconvolver, z, h, w int, readNoise float64, workers int) (DeconReport, error) {
+	r := DeconReport{Size: [3]int{z, h, w}, Read: readNoise}
+	type psfCase struct {
+		name  string
+		model string
+		ch    int
+	}
+	cases := []psfCase{{"lightsheet ch1 (358/461)", "lightsheet", 1}, {"lightsheet ch2 (753/775)", "lightsheet", 2},
+		{"lightsheet ch3 (560/575)", "lightsheet", 3}, {"lightsheet ch4 (648/668)", "lightsheet", 4},
+		{"widefield ch1 (461)", "widefield", 1}, {"widefield ch4 (668)", "widefield", 4}}
+	for _, c := range cases {
+		k, _, err := psf.Make(c.model, DeconOptics(c.ch))
+		if err != nil {
+			return r, err
+		}
+		sc := decon.NewScene(1, z, h, w, k, readNoise)
+		p := decon.Params{Algorithm: decon.RichardsonLucy, Iterations: 25, StopCriterion: 5, HistClip: 0.01, NoScale: true, Workers: workers}
+		dc := DeconCase{Name: c.name, Kernel: k.String(), Cap: 25,
+			Before:      decon.RelRMS(sc.Noisy.Pix, sc.Truth.Pix),
+			BlurredOnly: decon.RelRMS(sc.Blurred.Pix, sc.Truth.Pix)}
+		rl, st, err := impl.Deconvolve(ctx, sc.Noisy, k, p)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", c.name, err)
+		}
+		dc.RLErr, dc.RLIters = decon.RelRMS(rl.Pix, sc.Truth.Pix), st.Iterations
+		p.Algorithm = decon.BiggsAndrews
+		bg, st, err := impl.Deconvolve(ctx, sc.Noisy, k, p)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", c.name, err)
+		}
+		dc.BiggsErr, dc.BiggsIters = decon.RelRMS(bg.Pix, sc.Truth.Pix), st.Iterations
+		p.StopCriterion = -1e9
+		for n := 1; n <= dc.Cap; n++ {
+			p.Iterations = n
+			b, _, err := impl.Deconvolve(ctx, sc.Noisy, k, p)
+			if err != nil {
+				return r, err
+			}
+			if decon.RelRMS(b.Pix, sc.Truth.Pix) <= dc.RLErr {
+				dc.BiggsToRL = n
+				break
+			}
+		}
+		r.Cases = append(r.Cases, dc)
+	}
+	return r, nil
+}
+
+// WriteDeconTable prints the report.
+func WriteDeconTable(w io.Writer, r DeconReport) error {
+	fmt.Fprintf(w, "Deconvolution on synthetic %dx%dx%d (x,y,z) stacks, Poisson + %.0f counts read noise; relative RMS error vs the sharp truth (|RL| before rescale)\n",
+		r.Size[2], r.Size[1], r.Size[0], r.Read)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PSF\tkernel\tblur only\tobserved\tRL (5% rule)\titers\tBiggs (5% rule)\titers\tBiggs iters to RL's error")
+	for _, c := range r.Cases {
+		to := fmt.Sprint(c.BiggsToRL)
+		if c.BiggsToRL == 0 {
+			to = fmt.Sprintf("> %d", c.Cap)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.4f\t%.4f\t%d\t%.4f\t%d\t%s\n", c.Name, c.Kernel, c.BlurredOnly, c.Before, c.RLErr, c.RLIters, c.BiggsErr, c.BiggsIters, to)
+	}
+	return tw.Flush()
+}
