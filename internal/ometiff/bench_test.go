@@ -1,0 +1,65 @@
+package ometiff
+
+import (
+	"compress/zlib"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+)
+
+// BenchmarkWrite writes 4 synthetic registration channels (synth.RegScene,
+// nuclei on autofluorescence with noise) of 3000 x 4000 px and prints the
+// throughput (uncompressed full-resolution bytes per second) and the file
+// size relative to the raw pyramid, for zlib Huffman-only, level 1 (the one
+// used) and level 6.
+func BenchmarkWrite(b *testing.B) {
+	const w, h = 3000, 4000
+	scene, err := synth.NewRegScene(synth.RegOptions{H: h, W: w, Channels: 4, Seed: 1, Workers: runtime.NumCPU()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	planes, _, err := scene.RenderCycle(context.Background(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch := make([]Channel, len(planes))
+	for c, p := range planes {
+		ch[c] = Channel{Name: fmt.Sprintf("ch%d", c+1), Load: func() (*raster.Gray16, error) { return p, nil }}
+	}
+	raw := 0
+	for _, sz := range LevelSizes(w, h) {
+		raw += 2 * sz[0] * sz[1] * len(planes)
+	}
+	path := filepath.Join(b.TempDir(), "bench.ome.tif")
+	for _, level := range []int{zlib.HuffmanOnly, zlib.BestSpeed, zlib.DefaultCompression} {
+		b.Run(fmt.Sprintf("zlib%d", level), func(b *testing.B) {
+			defer func(l int) { zlibLevel = l }(zlibLevel)
+			zlibLevel = level
+			workers := runtime.NumCPU()
+			var el time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if err := Write(context.Background(), path, w, h, ch, Options{PixelSizeNM: 325, Workers: workers}); err != nil {
+					b.Fatal(err)
+				}
+				el += time.Since(t0)
+			}
+			st, err := os.Stat(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			full := float64(2 * w * h * len(planes))
+			b.ReportMetric(full*float64(b.N)/el.Seconds()/1e6, "MB/s")
+			b.ReportMetric(float64(st.Size())/float64(raw), "size/raw")
+			fmt.Printf("ometiff: zlib level %d, %d workers: %.0f MB/s of full-resolution planes, file %.1f MB = %.3f of the raw pyramid (%.1f MB)\n",
+				level, workers, full*float64(b.N)/el.Seconds()/1e6, float64(st.Size())/1e6, float64(st.Size())/float64(raw), float64(raw)/1e6)
+		})
+	}
+}
