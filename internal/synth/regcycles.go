@@ -237,6 +237,10 @@ func (s *RegScene) renderBase(ctx context.Context, cycle, ch int) (*raster.Float
 			tis[i*tw+j] = s.TissueAt(float64(i*st-m), float64(j*st-m))
 		}
 	}
+	colMod := make([]float64, bw)
+	for x := range colMod {
+		colMod[x] = math.Cos(fx*float64(x-m) + ph)
+	}
 	const band = 64
 	nb := (bh + band - 1) / band
 	err := par.ForEach(ctx, nb, o.Workers, func(bi int) error {
@@ -245,14 +249,14 @@ func (s *RegScene) renderBase(ctx context.Context, cycle, ch int) (*raster.Float
 			gy := float64(y) / st
 			i0 := int(gy)
 			fyy := gy - float64(i0)
-			ry := float64(y - m)
+			rowMod := 0.3 * math.Sin(fy*float64(y-m)+ph)
 			row := b.Pix[y*bw : (y+1)*bw]
 			for x := range row {
 				gx := float64(x) / st
 				j0 := int(gx)
 				fxx := gx - float64(j0)
 				tv := (1-fyy)*((1-fxx)*tis[i0*tw+j0]+fxx*tis[i0*tw+j0+1]) + fyy*((1-fxx)*tis[(i0+1)*tw+j0]+fxx*tis[(i0+1)*tw+j0+1])
-				mod := 1 + 0.3*math.Sin(fy*ry+ph)*math.Cos(fx*float64(x-m)+ph)
+				mod := 1 + rowMod*colMod[x]
 				row[x] = float32(offset + af*tv*mod)
 			}
 		}
@@ -307,26 +311,52 @@ func regSplat(b *raster.Float32, y0, y1 int, cy, cx, sigma, amp float64) {
 	}
 }
 
+// gridStep is the spacing, px, of the grid on which G is evaluated
+// exactly for rendering (bilinear in between: the warp's wavelengths are
+// thousands of px, so the interpolation error is below 1e-3 px).
+const gridStep = 16
+
 // sample resamples the base frame at G(q) for every cycle pixel q and adds
 // noise.
 func (s *RegScene) sample(ctx context.Context, base *raster.Float32, t *RegCycleTruth, cycle, ch int) (*raster.Gray16, error) {
 	o, m := s.o, float64(s.margin)
+	gh, gw := (o.H-1)/gridStep+2, (o.W-1)/gridStep+2
+	gyv, gxv := make([]float64, gh*gw), make([]float64, gh*gw)
+	for i := 0; i < gh; i++ {
+		for j := 0; j < gw; j++ {
+			gyv[i*gw+j], gxv[i*gw+j] = t.g(float64(i*gridStep), float64(j*gridStep))
+		}
+	}
 	img := raster.NewGray16(o.W, o.H)
 	key := uint64(cycle)<<8 | uint64(ch)
 	err := par.ForEach(ctx, o.H, o.Workers, func(y int) error {
 		row := img.Pix[y*o.W : (y+1)*o.W]
+		i0 := y / gridStep
+		fy := float64(y-i0*gridStep) / gridStep
 		for x := range row {
-			py, px := t.g(float64(y), float64(x))
+			j0 := x / gridStep
+			fx := float64(x-j0*gridStep) / gridStep
+			k := i0*gw + j0
+			py := (1-fy)*((1-fx)*gyv[k]+fx*gyv[k+1]) + fy*((1-fx)*gyv[k+gw]+fx*gyv[k+gw+1])
+			px := (1-fy)*((1-fx)*gxv[k]+fx*gxv[k+1]) + fy*((1-fx)*gxv[k+gw]+fx*gxv[k+gw+1])
 			v := regBilinear(base, py+m, px+m)
 			// shot (gain 1 count per photo-electron) plus read noise 8 counts
 			sd := math.Sqrt(math.Max(v, 0) + 64)
-			k := key<<40 ^ uint64(y*o.W+x)
-			v += sd * regNormal(o.Seed, k)
+			v += sd * regFastNormal(o.Seed^key<<40, uint64(y*o.W+x))
 			row[x] = regClampCount(v)
 		}
 		return nil
 	})
 	return img, err
+}
+
+// regFastNormal is an approximately standard normal number keyed by
+// (seed, k): the sum of four 16-bit uniforms of one hash (Irwin-Hall),
+// scaled to unit variance.
+func regFastNormal(seed, k uint64) float64 {
+	h := regHash(seed ^ regHash(k))
+	s := float64(h&0xffff) + float64(h>>16&0xffff) + float64(h>>32&0xffff) + float64(h>>48)
+	return (s/65536 - 2) * math.Sqrt(3)
 }
 
 func regBilinear(b *raster.Float32, y, x float64) float64 {
@@ -361,11 +391,4 @@ func regHash(x uint64) uint64 {
 // regUnit is a uniform [0, 1) number keyed by (seed, purpose, k).
 func regUnit(seed, purpose, k uint64) float64 {
 	return float64(regHash(regHash(seed^purpose*0x632be59bd9b4e019)^k)>>11) / (1 << 53)
-}
-
-// regNormal is a standard normal number keyed by (seed, k) (Box-Muller).
-func regNormal(seed, k uint64) float64 {
-	u1 := regUnit(seed, 500, k)
-	u2 := regUnit(seed, 501, k)
-	return math.Sqrt(-2*math.Log(1-u1)) * math.Cos(2*math.Pi*u2)
 }
