@@ -4,7 +4,6 @@ package gpu
 
 import (
 	"context"
-	"fmt"
 	"time"
 	"unsafe"
 
@@ -14,15 +13,20 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
-// EDF implements edf.Fuser on the GPU (variance method): the planes are
+// EDF implements edf.Fuser on the GPU. Variance method: the planes are
 // uploaded once as a uint16 stack, the quality gate counts run on the
 // device, then the selected slices are filtered one at a time (Gaussian y
 // and x passes, window variance, running argmax into a float64 best and a
 // uint16 index plane), so device memory is the uint16 stack plus five
 // plane-sized buffers (about 2 x 4 + 8 + 2 x 2 + 2 bytes per pixel), never a
 // float copy of the stack. Index maps equal edf.CPU's exactly (same
-// arithmetic, kernels/edf.cu). The wavelet method is CPU-only: asked for
-// here it is an error naming edf.method (no silent fallback).
+// arithmetic, kernels/edf.cu). Wavelet method: edfWaveletDev, equal to
+// the CPU's likewise (index map exact, output within 1 count).
+//
+// Measured on one H200 (gpubench -stage edf, 20 x 7493 x 12676 uint16 per
+// channel, variance, the original's parameters): quality gate 0.001 s,
+// processing 0.269 s per channel (the original: 4.4 + 7.8 s), upload
+// 0.14 s (27 GB/s), download 0.014 s, peak device memory 6.0 GiB.
 func (e *Engine) EDF(ctx context.Context, planes []*raster.Gray16, g edf.Gate, p edf.Params) (*edf.Result, error) {
 	res, _, err := e.EDFTimed(ctx, planes, g, p, false)
 	return res, err
@@ -43,9 +47,6 @@ func (e *Engine) EDFTimed(ctx context.Context, planes []*raster.Gray16, g edf.Ga
 	var tm EDFTimings
 	if err := p.Validate(); err != nil {
 		return nil, tm, err
-	}
-	if p.Method != edf.MethodVariance {
-		return nil, tm, fmt.Errorf("edf.method %q: the GPU engine implements %q only; run with --device cpu for %q", p.Method, edf.MethodVariance, p.Method)
 	}
 	if err := edf.CheckPlanes(planes); err != nil {
 		return nil, tm, err
@@ -81,7 +82,11 @@ func (e *Engine) EDFTimed(ctx context.Context, planes []*raster.Gray16, g edf.Ga
 		out := e.alloc(plane * 2)
 		idx := e.alloc(plane * 2)
 		defer e.release(out, idx)
-		if err := e.edfFuseDev(ctx, stack, false, h, w, used, p, out, idx); err != nil {
+		fuse := e.edfFuseDev
+		if p.Method == edf.MethodWavelet {
+			fuse = e.edfWaveletDev
+		}
+		if err := fuse(ctx, stack, false, h, w, used, p, out, idx); err != nil {
 			return err
 		}
 		lap(&tm.Fuse)
@@ -167,5 +172,90 @@ func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h
 		f = s
 	}
 	e.launch(gather, grid1(plane), out, outIdx, f, idx, stack, dused, len(used), plane)
+	return nil
+}
+
+// edfWaveletDev is the wavelet method (edf/wavelet.go) on a device stack:
+// two passes over the used slices (selection, then synthesis), each slice's
+// stationary transform computed in three float32 planes; per level a
+// float32 best magnitude and a uint16 selection plane. out is float32 (the
+// composite, unrounded) when f32 is set, else uint16 counts (rounded half
+// away from zero, clipped); outIdx (may be 0) gets the majority-
+// filtered height map as stack indices. Engine goroutine only.
+func (e *Engine) edfWaveletDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h, w int, used []int, p edf.Params, out, outIdx cu.DevicePtr) error {
+	plane := int64(w) * int64(h)
+	L := p.WaveletLevels
+	if L == 0 {
+		L = edf.AutoLevels(w, h)
+	}
+	elem, load := int64(2), "edf_wl_load_u16"
+	if f32 {
+		elem, load = 4, "edf_wl_load_f32"
+	}
+	var bufs []cu.DevicePtr
+	alloc := func(b int64) cu.DevicePtr { d := e.alloc(b); bufs = append(bufs, d); return d }
+	defer func() { e.release(bufs...) }()
+	A, B, T := alloc(plane*4), alloc(plane*4), alloc(plane*4)
+	bestAbs := alloc(int64(L) * plane * 4)
+	sel := alloc(int64(L) * plane * 2)
+	energy, bestE, low := alloc(plane*8), alloc(plane*8), alloc(plane*8)
+	height, hmaj := alloc(plane*2), alloc(plane*2)
+	g1 := grid1(plane)
+	g2 := dim{gx: (w + 31) / 32, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1}
+	// transform runs slice z's levels, calling fn(l, prev, next) after each.
+	transform := func(z int, fn func(l int, prev, next cu.DevicePtr)) cu.DevicePtr {
+		prev, next := A, B
+		e.launch(load, g1, prev, stack+cu.DevicePtr(int64(z)*plane*elem), plane)
+		for l := 1; l <= L; l++ {
+			e.launch("edf_wl_atrous_y", g2, T, prev, h, w, 1<<(l-1))
+			e.launch("edf_wl_atrous_x", g2, next, T, h, w, 1<<(l-1))
+			fn(l, prev, next)
+			prev, next = next, prev
+		}
+		return prev
+	}
+	for k, z := range used {
+		if err := checkCtx(ctx); err != nil {
+			return err
+		}
+		cl := transform(z, func(l int, prev, next cu.DevicePtr) {
+			o := int64(l - 1)
+			e.launch("edf_wl_select", g1, bestAbs+cu.DevicePtr(o*plane*4), sel+cu.DevicePtr(o*plane*2), energy, prev, next, plane, k, l)
+		})
+		e.launch("edf_wl_low", g1, low, bestE, height, cl, energy, plane, k)
+	}
+	// Consistency: majority filter, each selection map in place through hmaj.
+	for l := 0; l < L; l++ {
+		sl := sel + cu.DevicePtr(int64(l)*plane*2)
+		e.launch("edf_wl_majority", g2, hmaj, sl, h, w)
+		cu.MemcpyDtoDAsync(sl, hmaj, plane*2, e.compute)
+	}
+	e.launch("edf_wl_majority", g2, hmaj, height, h, w)
+	comp := low // the residual sum becomes the composite
+	e.launch("edf_wl_comp_init", g1, comp, low, plane, 1/float64(len(used)))
+	for k, z := range used {
+		if err := checkCtx(ctx); err != nil {
+			return err
+		}
+		transform(z, func(l int, prev, next cu.DevicePtr) {
+			e.launch("edf_wl_synth", g1, comp, sel+cu.DevicePtr(int64(l-1)*plane*2), prev, next, plane, k)
+		})
+	}
+	if f32 {
+		e.launch("edf_wl_out_f32", g1, out, comp, plane)
+	} else {
+		e.launch("edf_wl_out_u16", g1, out, comp, plane)
+	}
+	if outIdx != 0 {
+		u32 := make([]int32, len(used))
+		for i, v := range used {
+			u32[i] = int32(v)
+		}
+		dused := e.alloc(int64(len(used)) * 4)
+		defer e.release(dused)
+		put(e, dused, u32)
+		// Map the height map to stack indices with the gather kernel's index path (f null).
+		e.launch("edf_wl_map_index", g1, outIdx, hmaj, dused, plane)
+	}
 	return nil
 }

@@ -14,9 +14,9 @@ import (
 
 // The GPU EDF passes the same suite as edf.CPU: its index maps equal the
 // CPU reference's exactly and its outputs are within 1 count (the suite
-// compares with the whole-plane CPU run).
+// compares with the whole-plane CPU run), for both methods.
 func TestEDFConformance(t *testing.T) {
-	edftest.Run(t, testEngine, edftest.Options{Wavelet: false})
+	edftest.Run(t, testEngine, edftest.Options{Wavelet: true})
 }
 
 // The device-buffer forms on a float32 stack give the uint16 host form's

@@ -49,7 +49,7 @@ type cpuFuser struct{ edf.CPU }
 func (cpuFuser) Close() error { return nil }
 
 // engine decides the workers and opens the device's Fuser.
-func engine(o opts, method string) (fuser, int, error) {
+func engine(o opts) (fuser, int, error) {
 	n, src, err := cliutil.Workers(o.workers, os.Getenv)
 	if err != nil {
 		return nil, 0, err
@@ -62,9 +62,6 @@ func engine(o opts, method string) (fuser, int, error) {
 	if dev == cliutil.DeviceCPU {
 		o.lg.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")
 		return cpuFuser{edf.CPU{Workers: n}}, n, nil
-	}
-	if method != edf.MethodVariance {
-		return nil, 0, cliutil.Usagef("edf.method %q: the GPU engine implements %q only; run with --device cpu for %q", method, edf.MethodVariance, method)
 	}
 	g, err := gpu.Open(gpu.Options{Device: o.gpu, Debug: o.gpuDebug})
 	if err != nil {
@@ -97,7 +94,7 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 	if err := edf.FromConfig(cfg.EDF).Validate(); err != nil {
 		return cliutil.Usagef("%s: %w", cfg.Path, err)
 	}
-	f, workers, err := engine(o, edf.FromConfig(cfg.EDF).Method)
+	f, workers, err := engine(o)
 	if err != nil {
 		return err
 	}
@@ -119,7 +116,7 @@ func tileCommand(ctx context.Context, o opts, in, out string) error {
 	if err := p.Validate(); err != nil {
 		return cliutil.AsUsage(err)
 	}
-	f, workers, err := engine(o, p.Method)
+	f, workers, err := engine(o)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // Command kintsugi-edf runs the extended-depth-of-field stage of one cycle
-// (the original's variance method, or the complex-wavelet-style method,
-// per channel) or fuses one z-stack. The stage lives in internal/edfstage
+// (per channel: the original's variance method, or a stationary-wavelet
+// method after Forster et al. 2004) or fuses one z-stack. The stage lives in internal/edfstage
 // and the algorithm in internal/edf; this package holds the flags and the
 // command functions (config, workers, engine choice).
 package main
@@ -29,7 +29,7 @@ quality_gate: (max_zero_pct 0.10, max_sat_pct 0.05, min_valid_slices 3). A
 channel that fails the gate fails the cycle (exit 2, nothing written).
 The device is the GPU unless --device cpu (or KINTSUGI_DEVICE_MODE=cpu) is
 given; a GPU that cannot be used is an error, never a switch to the CPU.
-The GPU runs the variance method; method wavelet needs --device cpu.`, nil, nil)
+Both methods run on either device with the same results (index maps equal).`, nil, nil)
 	devFlags := []cli.Flag{
 		cliutil.DeviceFlag(),
 		&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},

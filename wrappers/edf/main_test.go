@@ -69,7 +69,7 @@ func TestExecutable(t *testing.T) {
 		want string
 	}{
 		{"gpu without cuda", nil, []string{"run", "--config", cfg, "--cycle", "1"}, 2, "built without CUDA support"},
-		{"wavelet on the gpu", nil, []string{"run", "--config", wav, "--cycle", "1", "--device", "gpu"}, 2, "edf.method"},
+		{"wavelet on the gpu without cuda", nil, []string{"run", "--config", wav, "--cycle", "1", "--device", "gpu"}, 2, "built without CUDA support"},
 		{"cycle not in config", nil, []string{"run", "--config", cfg, "--cycle", "7", "--device", "cpu"}, 2, "--cycle 7"},
 		{"missing decon sentinel", nil, []string{"run", "--config", cfg, "--cycle", "2", "--device", "cpu"}, 2, "deconvolved/cyc02/.snakemake_complete"},
 		{"empty stack", nil, []string{"tile", "--in", empty, "--out", filepath.Join(dir, "e.tif"), "--device", "cpu"}, 2, "too few valid slices"},

@@ -362,6 +362,22 @@ func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ref, err := edf.CPU{Workers: 2}.EDF(ctx, st.Planes, defGate, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	CompareResults(t, "wavelet", res, ref)
+	q := p
+	q.WaveletLevels = 2
+	r2, err := impl.EDF(ctx, st.Planes, defGate, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref2, err := edf.CPU{Workers: 3}.EDF(ctx, st.Planes, defGate, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	CompareResults(t, "wavelet, 2 levels", r2, ref2)
 	pv := edf.DefaultParams()
 	vres, err := impl.EDF(ctx, st.Planes, defGate, pv)
 	if err != nil {

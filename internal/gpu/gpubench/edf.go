@@ -32,6 +32,7 @@ var edfFlags struct {
 	h, w, z, channels int
 	crop              int
 	io                bool
+	wavelet           bool
 }
 
 func init() {
@@ -42,6 +43,7 @@ func init() {
 	flag.IntVar(&edfFlags.channels, "edf-channels", 4, "edf: channels")
 	flag.IntVar(&edfFlags.crop, "edf-crop", 384, "edf: side of the crop compared with the CPU reference (0: none)")
 	flag.BoolVar(&edfFlags.io, "edf-io", true, "edf: time TIFF write and read of one channel (needs ~4 GB in -dir)")
+	flag.BoolVar(&edfFlags.wavelet, "edf-wavelet", true, "edf: also time the wavelet method on the last channel")
 }
 
 // edfStack renders a z x h x w stack fast: a 512 x 512 texture tile
@@ -137,6 +139,25 @@ func runEDF(ctx context.Context, f flags) error {
 	}
 	fmt.Printf("peak GPU memory: %.2f GiB on the device (engine pool peak %.2f GiB)\n", float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30))
 
+	if edfFlags.wavelet {
+		pw := p
+		pw.Method = edf.MethodWavelet
+		if err := eng.ResetPeak(); err != nil {
+			return err
+		}
+		for rep := 0; rep < 2; rep++ {
+			_, tm, err := eng.EDFTimed(ctx, planes, g, pw, true)
+			if err != nil {
+				return fmt.Errorf("wavelet: %w", err)
+			}
+			fmt.Printf("wavelet method (%d levels), last channel, run %d: upload %.3f s, gate %.3f s, processing %.3f s, download %.3f s\n",
+				edf.AutoLevels(w, h), rep+1, tm.Upload, tm.Gate, tm.Fuse, tm.Download)
+		}
+		if ms, err := eng.MemInfo(); err == nil {
+			fmt.Printf("wavelet peak GPU memory: %.2f GiB on the device\n", float64(ms.DevicePeak)/(1<<30))
+		}
+	}
+
 	if edfFlags.crop > 0 {
 		c := min(edfFlags.crop, h, w)
 		crop := make([]*raster.Gray16, len(planes))
@@ -166,6 +187,24 @@ func runEDF(ctx context.Context, f flags) error {
 		}
 		fmt.Printf("CPU reference on a %d x %d crop (%.2f s): GPU index map differs at %d of %d pixels, output by up to %d counts\n",
 			c, c, cpuS, diffIdx, c*c, worst)
+		pw := p
+		pw.Method = edf.MethodWavelet
+		wantW, err := edf.CPU{Workers: f.workers}.EDF(ctx, crop, g, pw)
+		if err != nil {
+			return err
+		}
+		gotW, err := eng.EDF(ctx, crop, g, pw)
+		if err != nil {
+			return err
+		}
+		diffIdx, worst = 0, 0
+		for i := range wantW.Index {
+			if gotW.Index[i] != wantW.Index[i] {
+				diffIdx++
+			}
+			worst = max(worst, int(math.Abs(float64(gotW.Out.Pix[i])-float64(wantW.Out.Pix[i]))))
+		}
+		fmt.Printf("wavelet on the crop: GPU height map differs at %d of %d pixels, output by up to %d counts\n", diffIdx, c*c, worst)
 	}
 
 	if edfFlags.io {

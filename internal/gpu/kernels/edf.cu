@@ -181,3 +181,176 @@ extern "C" __global__ void edf_gather_f32(float* out, unsigned short* outIdx, co
 {
     gather<float>(out, outIdx, f, raw, stack, used, n, plane);
 }
+
+// ---- Wavelet method (edf/wavelet.go): stationary B3-spline transform,
+// per-level max-magnitude selection, 5 x 5 majority filter, synthesis.
+// Same arithmetic as the CPU, operation for operation.
+
+// Slice to float32. Grid-stride.
+extern "C" __global__ void edf_wl_load_u16(float* dst, const unsigned short* src, i64 n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = (float)src[i];
+}
+
+extern "C" __global__ void edf_wl_load_f32(float* dst, const float* src, i64 n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = src[i];
+}
+
+#define B3_0 (6.0 / 16)
+#define B3_1 (4.0 / 16)
+#define B3_2 (1.0 / 16)
+
+// Dilated B3 filter along y (taps at 0, ±step, ±2 step). Grid (ceil(W/32), ceil(H/8)), block (32, 8).
+extern "C" __global__ void edf_wl_atrous_y(float* __restrict__ dst, const float* __restrict__ src, int H, int W, int step)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H)
+        return;
+    double c = (double)src[(i64)y * W + x];
+    double u1 = (double)src[(i64)edf_reflect(y - step, H) * W + x], d1 = (double)src[(i64)edf_reflect(y + step, H) * W + x];
+    double u2 = (double)src[(i64)edf_reflect(y - 2 * step, H) * W + x], d2 = (double)src[(i64)edf_reflect(y + 2 * step, H) * W + x];
+    double acc = c * B3_0;
+    acc = acc + (u2 + d2) * B3_2;
+    acc = acc + (u1 + d1) * B3_1;
+    dst[(i64)y * W + x] = (float)acc;
+}
+
+// Dilated B3 filter along x.
+extern "C" __global__ void edf_wl_atrous_x(float* __restrict__ dst, const float* __restrict__ src, int H, int W, int step)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H)
+        return;
+    const float* r = src + (i64)y * W;
+    double acc = (double)r[x] * B3_0;
+    acc = acc + ((double)r[edf_reflect(x - 2 * step, W)] + (double)r[edf_reflect(x + 2 * step, W)]) * B3_2;
+    acc = acc + ((double)r[edf_reflect(x - step, W)] + (double)r[edf_reflect(x + step, W)]) * B3_1;
+    dst[(i64)y * W + x] = (float)acc;
+}
+
+// Level update for slice k: d = prev - next; the level's best |d| and
+// selection (slice 0 initialises); the detail energy sum over levels
+// (level 1 starts it at 0). Grid-stride.
+extern "C" __global__ void edf_wl_select(float* bestAbs, unsigned short* sel, double* energy, const float* prev,
+    const float* next, i64 n, int k, int level)
+{
+    GRID_STRIDE(i, n)
+    {
+        float d = prev[i] - next[i];
+        float a = fabsf(d);
+        if (k == 0 || a > bestAbs[i]) {
+            bestAbs[i] = a;
+            sel[i] = (unsigned short)k;
+        }
+        double e = level == 1 ? 0.0 : energy[i];
+        energy[i] = e + (double)d * (double)d;
+    }
+}
+
+// After slice k's transform: residual sum and the energy argmax.
+extern "C" __global__ void edf_wl_low(double* low, double* bestE, unsigned short* height, const float* cl,
+    const double* energy, i64 n, int k)
+{
+    GRID_STRIDE(i, n)
+    {
+        double l = k == 0 ? 0.0 : low[i];
+        low[i] = l + (double)cl[i];
+        double e = energy[i];
+        if (k == 0 || e > bestE[i]) {
+            bestE[i] = e;
+            height[i] = (unsigned short)k;
+        }
+    }
+}
+
+// 5 x 5 mode filter (edf majority: ties keep the centre if it is among the
+// most frequent, else the smallest value), reflect boundary.
+extern "C" __global__ void edf_wl_majority(unsigned short* __restrict__ dst, const unsigned short* __restrict__ src, int H, int W)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H)
+        return;
+    unsigned short v[25];
+    int m = 0;
+    for (int dy = -2; dy <= 2; dy++) {
+        const unsigned short* row = src + (i64)edf_reflect(y + dy, H) * W;
+        for (int dx = -2; dx <= 2; dx++)
+            v[m++] = row[edf_reflect(x + dx, W)];
+    }
+    unsigned short centre = src[(i64)y * W + x];
+    int bc = 0, cc = 0;
+    for (int i = 0; i < 25; i++) {
+        int c = 0;
+        for (int j = 0; j < 25; j++)
+            c += v[j] == v[i];
+        bc = max(bc, c);
+        if (v[i] == centre)
+            cc = c;
+    }
+    unsigned short best = centre;
+    if (cc < bc) {
+        best = 0xffff;
+        for (int i = 0; i < 25; i++) {
+            int c = 0;
+            for (int j = 0; j < 25; j++)
+                c += v[j] == v[i];
+            if (c == bc && v[i] < best)
+                best = v[i];
+        }
+    }
+    dst[(i64)y * W + x] = best;
+}
+
+// comp = low * inv (the residuals' z-mean).
+extern "C" __global__ void edf_wl_comp_init(double* comp, const double* low, i64 n, double inv)
+{
+    GRID_STRIDE(i, n)
+    comp[i] = low[i] * inv;
+}
+
+// Synthesis for slice k at one level: add the detail where it was selected.
+extern "C" __global__ void edf_wl_synth(double* comp, const unsigned short* sel, const float* prev, const float* next, i64 n, int k)
+{
+    GRID_STRIDE(i, n)
+    {
+        if (sel[i] == k)
+            comp[i] = comp[i] + (double)(prev[i] - next[i]);
+    }
+}
+
+// Counts: round half away from zero (Go's math.Round), clipped to 0..65535.
+extern "C" __global__ void edf_wl_out_u16(unsigned short* out, const double* comp, i64 n)
+{
+    GRID_STRIDE(i, n)
+    {
+        double r = round(comp[i]);
+        unsigned short o;
+        if (!(r > 0.0))
+            o = 0;
+        else if (r >= 65535.0)
+            o = 65535;
+        else
+            o = (unsigned short)r;
+        out[i] = o;
+    }
+}
+
+// Height map (relative to the used slices) to stack indices.
+extern "C" __global__ void edf_wl_map_index(unsigned short* outIdx, const unsigned short* rel, const int* used, i64 n)
+{
+    GRID_STRIDE(i, n)
+    outIdx[i] = (unsigned short)used[rel[i]];
+}
+
+// Composite as float32 (device float32 stacks).
+extern "C" __global__ void edf_wl_out_f32(float* out, const double* comp, i64 n)
+{
+    GRID_STRIDE(i, n)
+    out[i] = (float)comp[i];
+}
