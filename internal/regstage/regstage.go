@@ -11,6 +11,7 @@
 //	data/processed/registered/registration_data/cycNN_field_{dy,dx}.tif  float32 field nodes, px
 //	data/processed/registered/qc/cycNN_metrics.json                   NCC before/rigid/non-rigid, field stats
 //	data/processed/registered/qc/cycNN_overlay.png                    reference (magenta) + cycle (green)
+//	data/processed/registered/registered.ome.tif                      pyramidal OME-TIFF, every cycle x channel (internal/ometiff)
 //	data/processed/registered/.snakemake_complete                     sentinel (key=value, stage=registration)
 //
 // The reference image of a cycle is its first DAPI*.tif in name order, else

@@ -144,6 +144,9 @@ func TestRun(t *testing.T) {
 			t.Errorf("cycle %d: overlay %v", c, err)
 		}
 	}
+	if info, err := tiffio.ReadInfo(filepath.Join(out, OMEName)); err != nil || info.Pages != 6 || info.Width != testW || info.Height != testH {
+		t.Errorf("OME-TIFF: %v %+v, want 6 channels of %dx%d", err, info, testW, testH)
+	}
 	b, err := os.ReadFile(filepath.Join(out, ".snakemake_complete"))
 	if err != nil || !strings.Contains(string(b), "stage=registration") || !strings.Contains(string(b), "cycles=1,2,3") {
 		t.Errorf("sentinel: %v %q", err, b)
