@@ -16,6 +16,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -40,6 +41,8 @@ no outputs at all is an error.`,
 			&cli.IntFlag{Name: "edf-seeds", Value: 3, Usage: "--edf: stacks averaged"},
 			&cli.BoolFlag{Name: "decon", Usage: "deconvolution report instead: relative RMS error vs the sharp truth before and after Richardson-Lucy and Biggs-Andrews for the light-sheet and widefield PSFs, and the iterations Biggs-Andrews needs to reach RL's error (CPU; no project needed)"},
 			&cli.IntSliceFlag{Name: "decon-size", Value: cli.NewIntSlice(6, 128, 128), Usage: "--decon: synthetic stack size z,y,x"},
+			&cli.BoolFlag{Name: "registration", Usage: "registration report instead: synthetic cycles with known rigid (translations up to 100 px, rotations up to 1 degree) and non-rigid (up to 5 px) warps registered to cycle 1; RMS error of the mapping over tissue per cycle beside the error before registration (CPU; no project needed)"},
+			&cli.IntFlag{Name: "registration-cycles", Value: 4, Usage: "--registration: cycles including the reference"},
 		},
 		run))
 }
@@ -56,6 +59,9 @@ func run(c *cli.Context) error {
 	}
 	if c.Bool("decon") {
 		return deconReport(c)
+	}
+	if c.Bool("registration") {
+		return registrationReport(c)
 	}
 	if c.String("project") == "" {
 		return cliutil.Usagef("--project is required (unless --edf)")
@@ -111,4 +117,26 @@ func deconReport(c *cli.Context) error {
 		return enc.Encode(r)
 	}
 	return accuracy.WriteDeconTable(os.Stdout, r)
+}
+
+// registrationReport is --registration: internal/accuracy.EvaluateRegistration
+// with the CPU reference.
+func registrationReport(c *cli.Context) error {
+	o := accuracy.DefaultRegOptions()
+	o.Cycles = c.Int("registration-cycles")
+	if o.Cycles < 2 {
+		return cliutil.Usagef("--registration-cycles %d: want >= 2", o.Cycles)
+	}
+	o.Workers = runtime.NumCPU()
+	o.Params.Workers = o.Workers
+	rep, err := accuracy.EvaluateRegistration(c.Context, register.CPU{Workers: o.Workers}, o)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return accuracy.WriteRegTable(os.Stdout, rep)
 }
