@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -32,6 +34,8 @@ type stageTol struct {
 	// counts, where both runs rounded the tile positions alike.
 	Abs, Rel float64
 }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // exactTol: two CPU runs (any worker count) agree bit for bit.
 var exactTol = stageTol{}

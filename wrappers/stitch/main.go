@@ -1,14 +1,14 @@
 // Command kintsugi-stitch runs the stitch stage of one cycle (BaSiC per
 // channel x z-plane, tile alignment, blending) or corrects one tile's z-stack
-// with the BaSiC profiles a stitch run saved. All logic lives in
-// internal/stitch; this file parses flags.
+// with the BaSiC profiles a stitch run saved. The stage lives in
+// internal/stitch; this file parses flags and command.go loads the config,
+// chooses the engine and calls the stage.
 package main
 
 import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
 )
 
 func main() {
@@ -39,9 +39,8 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 				&cli.IntFlag{Name: "batch", Usage: "planes read and fitted together (0: workers on the CPU, 8 on the GPU)"},
 			),
 			Action: func(c *cli.Context) error {
-				return withSetup(c, func(o stitch.CommandOptions) error {
-					o.Device, o.GPU, o.GPUDebug, o.Batch = c.String("device"), c.Int("gpu"), c.Bool("gpu-debug"), c.Int("batch")
-					return stitch.RunCommand(c.Context, o)
+				return withSetup(c, func(o commandOptions) error {
+					return runCommand(c.Context, o, runOptions{Device: c.String("device"), GPU: c.Int("gpu"), GPUDebug: c.Bool("gpu-debug"), Batch: c.Int("batch")})
 				})
 			},
 		},
@@ -56,8 +55,8 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output multi-page uint16 TIFF, one page per z-plane"},
 			),
 			Action: func(c *cli.Context) error {
-				return withSetup(c, func(o stitch.CommandOptions) error {
-					return stitch.CorrectTileCommand(c.Context, o, stitch.CorrectTileOptions{
+				return withSetup(c, func(o commandOptions) error {
+					return correctCommand(c.Context, o, correctOptions{
 						Channel: c.Int("channel"), Tile: c.Int("tile"), Profiles: c.String("profiles"),
 						FlatfieldMin: c.Float64("flatfield-min"), Out: c.String("out")})
 				})
@@ -68,10 +67,10 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 }
 
 // withSetup sets up logging and the worker count shared by both commands.
-func withSetup(c *cli.Context, fn func(stitch.CommandOptions) error) error {
+func withSetup(c *cli.Context, fn func(commandOptions) error) error {
 	lg, err := cliutil.SetupLogging(c)
 	if err != nil {
 		return err
 	}
-	return fn(stitch.CommandOptions{ConfigPath: c.String("config"), Cycle: c.Int("cycle"), Workers: c.Int("workers"), Logger: lg})
+	return fn(commandOptions{ConfigPath: c.String("config"), Cycle: c.Int("cycle"), Workers: c.Int("workers"), Logger: lg})
 }

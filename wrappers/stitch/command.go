@@ -1,4 +1,4 @@
-package stitch
+package main
 
 import (
 	"context"
@@ -7,41 +7,56 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
-	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// DefaultGPUBatch is the number of planes a GPU engine fits at once.
-const DefaultGPUBatch = 8
-
-// CommandOptions are what the wrapper's flags give.
-type CommandOptions struct {
+// commandOptions are what the flags shared by both commands give.
+type commandOptions struct {
 	ConfigPath string
 	Cycle      int
 	Workers    int // --workers (0: from the environment)
-	Device     string
-	GPU        int
-	GPUDebug   bool
-	Batch      int
 	Logger     *slog.Logger
+	// Getenv reads the environment (SLURM_CPUS_PER_TASK, cpus_per_task);
+	// nil means os.Getenv. Tests pass their own.
+	Getenv func(string) string
+}
+
+// runOptions are the flags of `run`.
+type runOptions struct {
+	Device   string
+	GPU      int
+	GPUDebug bool
+	Batch    int
+	// OpenGPU opens the GPU engine; nil means stitch.OpenGPU. Tests pass
+	// their own to run the command without a device.
+	OpenGPU func(index int, debug bool) (stitch.Engine, error)
 }
 
 // load reads the config and decides the worker count.
-func (o *CommandOptions) load() (*config.Config, int, error) {
+func (o *commandOptions) load() (*config.Config, int, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
 		return nil, 0, cliutil.AsUsage(err)
 	}
-	if !contains(cfg.Cycles, o.Cycle) {
+	if !slices.Contains(cfg.Cycles, o.Cycle) {
 		return nil, 0, cliutil.Usagef("--cycle %d: not in the config's cycles %v", o.Cycle, cfg.Cycles)
 	}
-	n, src, err := cliutil.Workers(o.Workers, os.Getenv)
+	n, src, err := cliutil.Workers(o.Workers, getenv)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -49,21 +64,26 @@ func (o *CommandOptions) load() (*config.Config, int, error) {
 	return cfg, n, nil
 }
 
-// RunCommand is `kintsugi-stitch run`.
-func RunCommand(ctx context.Context, o CommandOptions) error {
+// runCommand is `kintsugi-stitch run`: it opens the engine the device asks
+// for (never falling back to the CPU) and runs the stage.
+func runCommand(ctx context.Context, o commandOptions, r runOptions) (err error) {
 	cfg, workers, err := o.load()
 	if err != nil {
 		return err
 	}
-	dev, err := cliutil.ParseDevice(o.Device)
+	dev, err := cliutil.ParseDevice(r.Device)
 	if err != nil {
 		return err
 	}
-	var eng Engine
-	batch := o.Batch
+	var eng stitch.Engine
+	batch := r.Batch
 	switch dev {
 	case cliutil.DeviceGPU:
-		g, err := OpenGPU(o.GPU, o.GPUDebug)
+		open := r.OpenGPU
+		if open == nil {
+			open = func(i int, d bool) (stitch.Engine, error) { return stitch.OpenGPU(i, d) }
+		}
+		g, err := open(r.GPU, r.GPUDebug)
 		if err != nil {
 			if errors.Is(err, gpu.ErrNoCUDA) {
 				return cliutil.AsUsage(err)
@@ -72,14 +92,22 @@ func RunCommand(ctx context.Context, o CommandOptions) error {
 		}
 		eng = g
 		if batch == 0 {
-			batch = DefaultGPUBatch
+			batch = stitch.DefaultGPUBatch
 		}
 	case cliutil.DeviceCPU:
 		o.Logger.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")
-		eng = NewCPUEngine(workers)
+		eng = stitch.NewCPUEngine(workers)
 	}
-	defer eng.Close()
-	_, err = Run(ctx, Options{Config: cfg, Cycle: o.Cycle, Engine: eng, Workers: workers, Batch: batch, Logger: o.Logger})
+	defer func() {
+		if cerr := eng.Close(); cerr != nil {
+			if err == nil {
+				err = fmt.Errorf("close %s: %w", eng.Name(), cerr)
+			} else {
+				o.Logger.Warn("closing the engine after a failure", "engine", eng.Name(), "err", cerr.Error())
+			}
+		}
+	}()
+	_, err = stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: o.Cycle, Engine: eng, Workers: workers, Batch: batch, Logger: o.Logger})
 	return inputAsUsage(err)
 }
 
@@ -91,22 +119,22 @@ func inputAsUsage(err error) error {
 	return err
 }
 
-// CorrectTileOptions select the tile of `kintsugi-stitch correct`.
-type CorrectTileOptions struct {
+// correctOptions select the tile of `kintsugi-stitch correct`.
+type correctOptions struct {
 	Channel, Tile int
 	Profiles      string  // profile directory; "" = the run's
 	FlatfieldMin  float64 // 0 = config
 	Out           string
 }
 
-// CorrectTileCommand corrects one tile's z-stack with saved profiles and
-// writes it as a multi-page uint16 TIFF (one page per z-plane, ascending).
-func CorrectTileCommand(ctx context.Context, o CommandOptions, t CorrectTileOptions) error {
+// correctCommand corrects one tile's z-stack with saved profiles and writes
+// it as a multi-page uint16 TIFF (one page per z-plane, ascending).
+func correctCommand(ctx context.Context, o commandOptions, t correctOptions) error {
 	cfg, workers, err := o.load()
 	if err != nil {
 		return err
 	}
-	if !contains(cfg.Channels, t.Channel) {
+	if !slices.Contains(cfg.Channels, t.Channel) {
 		return cliutil.Usagef("--channel %d: not in the config's channels %v", t.Channel, cfg.Channels)
 	}
 	if t.Tile < 1 || t.Tile > cfg.TileRows*cfg.TileCols {
@@ -121,7 +149,7 @@ func CorrectTileCommand(ctx context.Context, o CommandOptions, t CorrectTileOpti
 	}
 	dir := t.Profiles
 	if dir == "" {
-		dir = filepath.Join(OutDir(cfg.ProjectDir, o.Cycle), fmt.Sprintf("CH%d", t.Channel), "basic")
+		dir = filepath.Join(stitch.OutDir(cfg.ProjectDir, o.Cycle), fmt.Sprintf("CH%d", t.Channel), "basic")
 	}
 	cyc, err := dataset.Discover(ctx, cfg.ProjectDir, o.Cycle, dataset.Options{
 		Rows: cfg.TileRows, Cols: cfg.TileCols, Channels: []int{t.Channel}, NZPlanes: cfg.NZPlanes, Workers: workers})
@@ -130,7 +158,7 @@ func CorrectTileCommand(ctx context.Context, o CommandOptions, t CorrectTileOpti
 	}
 	pages := make([]*raster.Gray16, len(cyc.Z))
 	for i, z := range cyc.Z {
-		prof, err := LoadProfile(filepath.Join(dir, fmt.Sprintf("%02d", z)))
+		prof, err := stitch.LoadProfile(filepath.Join(dir, fmt.Sprintf("%02d", z)))
 		if err != nil {
 			return cliutil.AsUsage(err)
 		}
@@ -138,7 +166,7 @@ func CorrectTileCommand(ctx context.Context, o CommandOptions, t CorrectTileOpti
 		if err != nil {
 			return cliutil.AsUsage(err)
 		}
-		corr, err := Correct(ctx, []*raster.Gray16{raw}, prof, float32(flatMin), 1)
+		corr, err := stitch.Correct(ctx, []*raster.Gray16{raw}, prof, float32(flatMin), 1)
 		if err != nil {
 			return err
 		}
@@ -149,33 +177,4 @@ func CorrectTileCommand(ctx context.Context, o CommandOptions, t CorrectTileOpti
 	}
 	o.Logger.Info("tile corrected", "cycle", o.Cycle, "channel", t.Channel, "tile", t.Tile, "z", len(pages), "profiles", dir, "out", t.Out)
 	return nil
-}
-
-// LoadProfile reads <prefix>_flatfield.tif (mean 1) and <prefix>_darkfield.tif
-// (counts) as written by a run; the darkfield comes back normalised (/65535).
-func LoadProfile(prefix string) (*basic.Profile, error) {
-	flat, err := tiffio.ReadFloat32(prefix + "_flatfield.tif")
-	if err != nil {
-		return nil, fmt.Errorf("basic profile: %w", err)
-	}
-	dark, err := tiffio.ReadFloat32(prefix + "_darkfield.tif")
-	if err != nil {
-		return nil, fmt.Errorf("basic profile: %w", err)
-	}
-	if flat.W != dark.W || flat.H != dark.H {
-		return nil, fmt.Errorf("basic profile %s: flatfield %dx%d and darkfield %dx%d differ", prefix, flat.W, flat.H, dark.W, dark.H)
-	}
-	for i := range dark.Pix {
-		dark.Pix[i] /= 65535
-	}
-	return &basic.Profile{W: flat.W, H: flat.H, Flatfield: flat.Pix, Darkfield: dark.Pix}, nil
-}
-
-func contains(xs []int, v int) bool {
-	for _, x := range xs {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
