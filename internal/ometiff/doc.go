@@ -35,10 +35,14 @@
 // # Memory and concurrency
 //
 // Channels are loaded one at a time (Channel.Load), so at most one channel's
-// full plane and its pyramid (about 4/3 of the plane) are in memory, plus
-// about 3 x Workers tiles being compressed or waiting to be written. Tiles
-// are compressed by Options.Workers goroutines and written in file order, so
-// the output is byte-identical for any worker count (apart from the UUID).
+// full plane and its pyramid (about 4/3 of the plane; the reduced levels'
+// buffers are reused from channel to channel) are in memory, plus about
+// 3 x Workers tiles being compressed or waiting to be written and a 4 MiB
+// write buffer. Before each load after the first, Write runs the garbage
+// collector so that the previous plane is gone, not just unreferenced.
+// Tiles are compressed by Options.Workers goroutines and written in file
+// order, so the output is byte-identical for any worker count (apart from
+// the UUID).
 //
 // The file is written through a temp file in the destination directory and
 // renamed into place (package atomicfile); any error, cancellation included,

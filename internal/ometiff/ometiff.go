@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"runtime"
 	"sync"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
@@ -146,11 +147,17 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 			return err
 		}
 		pos := dataStart
+		pyr := make([]*raster.Gray16, nLevels) // reduced levels, reused across channels
 		for c, ch := range channels {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			err := writeChannel(ctx, bw, &pos, width, height, ch, specs[c*nLevels:(c+1)*nLevels], o.Workers)
+			if c > 0 {
+				// Free the previous channel's plane before loading the next,
+				// so that the heap holds one plane, not two.
+				runtime.GC()
+			}
+			err := writeChannel(ctx, bw, &pos, width, height, ch, specs[c*nLevels:(c+1)*nLevels], pyr, o.Workers)
 			if err != nil {
 				return fmt.Errorf("channel %d (%q): %w", c, ch.Name, err)
 			}
@@ -170,9 +177,9 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 	})
 }
 
-// writeChannel loads one channel, builds its pyramid and appends its tiles
-// at *pos, recording their offsets and sizes in levels.
-func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, height int, ch Channel, levels []ifdSpec, workers int) error {
+// writeChannel loads one channel, builds its pyramid in pyr[1:] and appends
+// its tiles at *pos, recording their offsets and sizes in levels.
+func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, height int, ch Channel, levels []ifdSpec, pyr []*raster.Gray16, workers int) error {
 	img, err := ch.Load()
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
@@ -185,13 +192,13 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, heig
 	case len(img.Pix) != width*height:
 		return fmt.Errorf("plane has %d pixels, %dx%d needs %d", len(img.Pix), width, height, width*height)
 	}
-	imgs := []*raster.Gray16{img}
+	imgs := pyr
+	imgs[0] = img
+	defer func() { imgs[0] = nil }()
 	for k := 1; k < len(levels); k++ {
-		d, err := downsample(ctx, imgs[k-1], workers)
-		if err != nil {
+		if imgs[k], err = downsample(ctx, imgs[k], imgs[k-1], workers); err != nil {
 			return err
 		}
-		imgs = append(imgs, d)
 	}
 	// tiles of every level, in file order
 	type tileRef struct{ level, index, x0, y0 int }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -489,4 +490,31 @@ func TestSmallImageHasNoSubIFDs(t *testing.T) {
 	if subs, err := tiffio.ReadGray16SubIFDs(path, 0); err != nil || len(subs) != 0 {
 		t.Errorf("sub-levels %d, %v; want none", len(subs), err)
 	}
+}
+
+// TestOnePlaneAtATime: when a channel is loaded, the previous channel's
+// plane is no longer on the heap (only the reused reduced levels, 1/3 of a
+// plane, and the write buffers are).
+func TestOnePlaneAtATime(t *testing.T) {
+	const w, h = 3000, 3000
+	plane := int64(2 * w * h)
+	var heap []int64
+	ch := make([]Channel, 3)
+	for c := range ch {
+		ch[c] = Channel{Name: strconv.Itoa(c), Load: func() (*raster.Gray16, error) {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			heap = append(heap, int64(ms.HeapAlloc))
+			return raster.NewGray16(w, h), nil // fresh each time, as read from a file
+		}}
+	}
+	if err := Write(context.Background(), filepath.Join(t.TempDir(), "m.ome.tif"), w, h, ch, Options{PixelSizeNM: 1, Workers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for c := 1; c < len(heap); c++ {
+		if d := heap[c] - heap[0]; d > plane*3/4 {
+			t.Errorf("heap at load of channel %d is %.1f MB above channel 0's (a plane is %.1f MB)", c, float64(d)/1e6, float64(plane)/1e6)
+		}
+	}
+	t.Logf("heap at each load: %v bytes (plane %d)", heap, plane)
 }

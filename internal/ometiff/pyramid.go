@@ -37,9 +37,12 @@ func Downsample(src *raster.Gray16) *raster.Gray16 {
 	return dst
 }
 
-// downsample is Downsample on workers goroutines (bands of rows).
-func downsample(ctx context.Context, src *raster.Gray16, workers int) (*raster.Gray16, error) {
-	dst := raster.NewGray16((src.W+1)/2, (src.H+1)/2)
+// downsample is Downsample on workers goroutines (bands of rows), into dst
+// when it has the right size (reused across channels), else a new plane.
+func downsample(ctx context.Context, dst, src *raster.Gray16, workers int) (*raster.Gray16, error) {
+	if w, h := (src.W+1)/2, (src.H+1)/2; dst == nil || dst.W != w || dst.H != h {
+		dst = raster.NewGray16(w, h)
+	}
 	const band = 64
 	n := (dst.H + band - 1) / band
 	err := par.ForEach(ctx, n, workers, func(i int) error {

@@ -53,7 +53,7 @@ func TestDownsampleIsTheMean(t *testing.T) {
 		src := randPlane(rng, sz[0], sz[1])
 		want := naiveDownsample(src)
 		for _, workers := range []int{1, 3} {
-			got, err := downsample(context.Background(), src, workers)
+			got, err := downsample(context.Background(), nil, src, workers)
 			if err != nil {
 				t.Fatal(err)
 			}
