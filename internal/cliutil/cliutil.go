@@ -176,19 +176,19 @@ func MemBudgetFlag() cli.Flag {
 // flag, SLURM allocation, mem_mb, cgroup limit, 80 % of the physical memory),
 // logs it with its source like the worker count, and sets the Go runtime's
 // soft memory limit to membudget.GoLimit of it, so the heap does not grow to
-// twice the live data. A malformed value is a usage error naming the
-// variable or file.
-func MemBudget(flagMB int, getenv func(string) string, lg *slog.Logger) (int64, error) {
+// twice the live data. It returns the budget and its source; a malformed
+// value is a usage error naming the variable or file.
+func MemBudget(flagMB int, getenv func(string) string, lg *slog.Logger) (int64, string, error) {
 	b, src, err := membudget.Resolve(flagMB, getenv)
 	if err != nil {
-		return 0, AsUsage(err)
+		return 0, "", AsUsage(err)
 	}
 	if lg == nil {
 		lg = slog.Default()
 	}
 	lg.Info("memory budget", "mb", b/membudget.MB, "source", src)
 	membudget.SetGoLimit(membudget.GoLimit(b))
-	return b, nil
+	return b, src, nil
 }
 
 // Device is the compute device a command runs on.

@@ -16,8 +16,8 @@ func TestMemBudget(t *testing.T) {
 	var logs bytes.Buffer
 	lg := slog.New(slog.NewTextHandler(&logs, nil))
 	env := map[string]string{"SLURM_MEM_PER_NODE": "4000"}
-	b, err := MemBudget(0, func(k string) string { return env[k] }, lg)
-	if err != nil || b != 4000<<20 {
+	b, src, err := MemBudget(0, func(k string) string { return env[k] }, lg)
+	if err != nil || b != 4000<<20 || src != membudget.SourceMemNode {
 		t.Fatalf("SLURM_MEM_PER_NODE=4000: %d %v", b, err)
 	}
 	if !strings.Contains(logs.String(), "source=SLURM_MEM_PER_NODE") || !strings.Contains(logs.String(), "mb=4000") {
@@ -26,11 +26,11 @@ func TestMemBudget(t *testing.T) {
 	if lim := debug.SetMemoryLimit(-1); lim != 4000<<20/10*9 {
 		t.Errorf("Go soft limit %d, want 90%% of the budget", lim)
 	}
-	if b, err := MemBudget(1500, func(string) string { return "junk" }, lg); err != nil || b != 1500<<20 {
+	if b, _, err := MemBudget(1500, func(string) string { return "junk" }, lg); err != nil || b != 1500<<20 {
 		t.Errorf("--mem-budget 1500 over a malformed environment: %d %v", b, err)
 	}
 	env["SLURM_MEM_PER_NODE"] = "4G"
-	if _, err := MemBudget(0, func(k string) string { return env[k] }, lg); err == nil || ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "SLURM_MEM_PER_NODE") {
+	if _, _, err := MemBudget(0, func(k string) string { return env[k] }, lg); err == nil || ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "SLURM_MEM_PER_NODE") {
 		t.Errorf("malformed SLURM_MEM_PER_NODE: %v (exit %d), want exit %d naming the variable", err, ExitCode(err), ExitUsage)
 	}
 }
