@@ -122,7 +122,7 @@ func (e *Engine) DeconvolveDevice(ctx context.Context, in *DevStack, k *psf.Kern
 		return nil, decon.Stats{}, fmt.Errorf("%w: no device stack", decon.ErrInput)
 	}
 	tw := deconTileFloats(k)
-	if k.NX > 64 || tw*4 > 48<<10 || k.NZ*k.NY*k.NX > 1<<16 {
+	if !deconFixed(k) && (tw*4 > 46<<10 || k.NZ*k.NY*k.NX > 1<<16) {
 		return nil, decon.Stats{}, fmt.Errorf("gpu: decon: PSF %s (x,y,z) too large for direct convolution (%d KB of shared memory); the GPU has no FFT path yet: use --device cpu", k, tw*4>>10)
 	}
 	var out *DevStack
@@ -153,11 +153,36 @@ func deconTileFloats(k *psf.Kernel) int {
 }
 
 // deconConv launches dst = conv(src, k) on a (nz, ny, nx) volume with the
-// epilogue mode (0 plain, 1 aux/max(s, eps), 2 s*aux).
-func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx, mode int, aux cu.DevicePtr) {
+// epilogue mode (0 plain, 1 aux/max(s, eps), 2 s*aux, 3 s*aux and the stop
+// rule's sum into sums with plane weights wz). Kernels 1..15 wide run the
+// compile-time specialisations (decon_conv_kN: 8 outputs per thread from
+// registers); others the generic decon_conv (no mode 3).
+func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx, mode int, aux, wz, sums cu.DevicePtr) {
+	if deconFixed(k) {
+		const cpt = 8
+		nv := (cpt + k.NX - 1 + 3) / 4
+		tw := deconCBX*cpt + 4*nv - cpt
+		d := dim{gx: (nx + deconCBX*cpt - 1) / (deconCBX * cpt), gy: (ny + deconCBY - 1) / deconCBY, gz: nz,
+			bx: deconCBX, by: deconCBY, bz: 1, shmem: tw * (deconCBY + k.NY - 1) * 4}
+		e.launch(fmt.Sprintf("decon_conv_k%d", k.NX), d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
+		return
+	}
+	if mode == 3 {
+		panic("gpu: decon: fused sums need a fixed-width kernel")
+	}
 	d := dim{gx: (nx + deconCBX*deconCPT - 1) / (deconCBX * deconCPT), gy: (ny + deconCBY - 1) / deconCBY, gz: nz,
 		bx: deconCBX, by: deconCBY, bz: 1, shmem: deconTileFloats(k) * 4}
 	e.launch("decon_conv", d, dst, src, kd, k.NZ, k.NY, k.NX, nz, ny, nx, mode, aux, decon.Eps)
+}
+
+// deconFixed reports whether k has a compile-time specialisation that fits
+// 48 KB of shared memory.
+func deconFixed(k *psf.Kernel) bool {
+	if k.NX > 15 || k.NX%2 == 0 {
+		return false
+	}
+	nv := (8 + k.NX - 1 + 3) / 4
+	return (deconCBX*8+4*nv-8)*(deconCBY+k.NY-1)*4 <= 46<<10
 }
 
 // deconRun runs on the engine goroutine.
@@ -297,20 +322,26 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 				}
 				e.launch("decon_predict", grid1(lm), y, c, xp, float32(alpha), lm)
 			}
-			e.deconConv(b, y, kd, k, pn, wh, pw, 1, o)
-			if p.Damping > 0 {
-				e.deconConv(a, b, kfd, k, pn, wh, pw, 0, 0)
-				e.deconConv(b, y, rd, R, pn, wh, pw, 0, 0)
+			e.deconConv(b, y, kd, k, pn, wh, pw, 1, o, 0, 0)
+			fused := single && !biggs && p.Damping == 0 && deconFixed(k)
+			switch {
+			case p.Damping > 0:
+				e.deconConv(a, b, kfd, k, pn, wh, pw, 0, 0, 0, 0)
+				e.deconConv(b, y, rd, R, pn, wh, pw, 0, 0, 0, 0)
 				e.launch("decon_damp", grid1(lm), a, y, b, oml, lam, lm)
-			} else {
-				e.deconConv(a, b, kfd, k, pn, wh, pw, 2, y)
+			case fused: // the new iterate and the stop rule's sum in one pass
+				e.deconConv(a, b, kfd, k, pn, wh, pw, 3, y, wd, sums)
+			default:
+				e.deconConv(a, b, kfd, k, pn, wh, pw, 2, y, 0, 0)
 			}
 			var gp cu.DevicePtr
 			if biggs && it >= 1 {
 				gp = gprev
 			}
-			e.launch("decon_sums", grid1(int64(pn)*int64(wn.Core1-wn.Core0)*int64(pw)), c, a, y, gcur, gp, wd,
-				pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, sums)
+			if !fused {
+				e.launch("decon_sums", grid1(int64(pn)*int64(wn.Core1-wn.Core0)*int64(pw)), c, a, y, gcur, gp, wd,
+					pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, sums)
+			}
 			if !single {
 				core := int64(pn) * int64(wn.Core1-wn.Core0) * int64(pw)
 				e.launch("decon_rows", grid1(core), xnew, a, pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, 1)

@@ -33,6 +33,11 @@ func TestDeconVsCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// a 17-wide kernel runs the generic convolution (no specialisation)
+	wide := &psf.Kernel{NZ: 1, NY: 3, NX: 17, Data: make([]float32, 51)}
+	for i := range wide.Data {
+		wide.Data[i] = float32(1+i%7) / 204
+	}
 	for _, c := range []struct {
 		name string
 		k    *psf.Kernel
@@ -44,6 +49,7 @@ func TestDeconVsCPU(t *testing.T) {
 		{"lightsheet Biggs", ls, decon.BiggsAndrews, 0, 1e-4},
 		{"widefield RL", wf, decon.RichardsonLucy, 0, 1e-5},
 		{"lightsheet RL damped", ls, decon.RichardsonLucy, 0.2, 1e-5},
+		{"17-wide generic RL", wide, decon.RichardsonLucy, 0, 1e-5},
 	} {
 		sc := decon.NewScene(11, 6, 300, 420, c.k, 3)
 		p := decon.Params{Algorithm: c.alg, Iterations: 25, StopCriterion: 5, Damping: c.damp, HistClip: 0.01}

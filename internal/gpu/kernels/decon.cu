@@ -131,6 +131,124 @@ extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __re
     }
 }
 
+// conv_fixed is decon_conv for a kernel KX wide (compile time), each thread
+// computing CPT2 contiguous outputs along x from a register copy of its
+// tile row segment (vector loads), the kernel row in registers; the same
+// sums in the same order. Mode 3 is mode 2 plus the stop rule's sum
+// sums[0] += w[z]*(aux - dst)^2 (RL without windows: cur = y = aux).
+#define CPT2 8
+template <int KX>
+__device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float* __restrict__ src, const float* __restrict__ k,
+    int kz, int ky, int nz, int ny, int nx, int mode, const float* __restrict__ aux, float eps, const double* __restrict__ wz, double* sums)
+{
+    extern __shared__ float4 smem4[];
+    float* tile = (float*)smem4;
+    const int cz = kz / 2, cy = ky / 2, cx = KX / 2;
+    const int NR = CPT2 + KX - 1;     // row values a thread needs
+    const int NV = (NR + 3) / 4;      // float4 loads
+    const int TW = CBX * CPT2 + 4 * NV - CPT2; // >= CBX*CPT2 + KX - 1, multiple of 4
+    const int TH = CBY + ky - 1;
+    const int x0 = blockIdx.x * CBX * CPT2, y0 = blockIdx.y * CBY, z = blockIdx.z;
+    const int lx = threadIdx.x, ly = threadIdx.y;
+    const int tid = ly * CBX + lx;
+    float s[CPT2];
+#pragma unroll
+    for (int j = 0; j < CPT2; j++)
+        s[j] = 0.0f;
+    for (int a = 0; a < kz; a++) {
+        int sz = z + cz - a;
+        if (sz < 0 || sz >= nz)
+            continue; // uniform over the block
+        __syncthreads();
+        const float* plane = src + (i64)sz * ny * nx;
+        for (int t = tid; t < TW * TH; t += CBX * CBY) {
+            int ty = t / TW, tx = t % TW;
+            int gy = y0 - cy + ty, gx = x0 - cx + tx;
+            tile[t] = (gy >= 0 && gy < ny && gx >= 0 && gx < nx) ? plane[(i64)gy * nx + gx] : 0.0f;
+        }
+        __syncthreads();
+        for (int b = 0; b < ky; b++) {
+            const float4* row4 = (const float4*)(tile + (ly + 2 * cy - b) * TW + lx * CPT2);
+            float r[4 * NV];
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                float4 q = row4[v];
+                r[4 * v] = q.x;
+                r[4 * v + 1] = q.y;
+                r[4 * v + 2] = q.z;
+                r[4 * v + 3] = q.w;
+            }
+            const float* kr = k + ((i64)a * ky + b) * KX;
+#pragma unroll
+            for (int c = 0; c < KX; c++) {
+                float kv = __ldg(kr + c);
+#pragma unroll
+                for (int j = 0; j < CPT2; j++) {
+                    float p = kv * r[j + 2 * cx - c];
+                    s[j] = s[j] + p;
+                }
+            }
+        }
+    }
+    int y = y0 + ly;
+    double part = 0;
+    if (y < ny) {
+        double wv = mode == 3 ? wz[z] : 0.0;
+#pragma unroll
+        for (int j = 0; j < CPT2; j++) {
+            int x = x0 + lx * CPT2 + j;
+            if (x >= nx)
+                continue;
+            i64 i = ((i64)z * ny + y) * nx + x;
+            float v = s[j];
+            if (mode == 1) {
+                float d = v < eps ? eps : v;
+                v = aux[i] / d;
+            } else if (mode >= 2) {
+                float c0 = aux[i];
+                v = v * c0;
+                if (mode == 3) {
+                    double d = (double)c0 - (double)v;
+                    part += wv * (d * d);
+                }
+            }
+            dst[i] = v;
+        }
+    }
+    if (mode == 3) {
+        __shared__ double scratch[32];
+        // block_sum needs a 1-D thread index: flatten
+        int t = threadIdx.y * blockDim.x + threadIdx.x;
+        for (int o = 16; o > 0; o >>= 1)
+            part += __shfl_down_sync(0xffffffffu, part, o);
+        __syncthreads();
+        if ((t & 31) == 0)
+            scratch[t >> 5] = part;
+        __syncthreads();
+        if (t == 0) {
+            double tot = 0;
+            for (int w = 0; w < (CBX * CBY) / 32; w++)
+                tot += scratch[w];
+            atomicAdd(&sums[0], tot);
+        }
+    }
+}
+
+#define CONV_FIXED(KX)                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(CBX * CBY) decon_conv_k##KX(float* dst, const float* src, const float* k,  \
+        int kz, int ky, int nz, int ny, int nx, int mode, const float* aux, float eps, const double* wz, double* sums)         \
+    {                                                                                                                           \
+        conv_fixed<KX>(dst, src, k, kz, ky, nz, ny, nx, mode, aux, eps, wz, sums);                                              \
+    }
+CONV_FIXED(1)
+CONV_FIXED(3)
+CONV_FIXED(5)
+CONV_FIXED(7)
+CONV_FIXED(9)
+CONV_FIXED(11)
+CONV_FIXED(13)
+CONV_FIXED(15)
+
 // decon_damp: a = oml*(a*y) + l*b (the damped update; oml = 1 - l in float32).
 extern "C" __global__ void decon_damp(float* a, const float* y, const float* b, float oml, float l, i64 n)
 {
