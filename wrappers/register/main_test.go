@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// project writes a 2-cycle project with EDF outputs (synthetic cycles with
+// known warps), registration.reference_cycle = ref, and returns its config
+// path.
+func project(t *testing.T, dir string, ref int) string {
+	t.Helper()
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, 2, 2, nil
+	os.MkdirAll(dir, 0o755)
+	reg := map[string]any{"reference_cycle": ref, "max_image_dim": 256, "non_rigid": map[string]any{"max_dim": 256}}
+	path := synth.ConfigPath(dir)
+	if err := synth.WriteConfig(path, o, map[string]any{"registration": reg}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := synth.NewRegScene(synth.RegOptions{H: 320, W: 400, Channels: 2, Seed: 3, MaxShift: 25, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Cycles {
+		imgs, _, err := sc.RenderCycle(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := filepath.Join(dir, "data", "processed", "edf", config.CycleName(c))
+		os.MkdirAll(d, 0o755)
+		for ch := 1; ch <= 2; ch++ {
+			if err := tiffio.WriteGray16(filepath.Join(d, cfg.EDFFileName(c, ch)), imgs[ch-1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		os.WriteFile(filepath.Join(d, ".snakemake_complete"), []byte("stage=edf\n"), 0o644)
+	}
+	return path
+}
+
+// TestExecutable builds kintsugi-register and runs it as the Snakefile and
+// users do, checking exit codes, messages and outputs.
+func TestExecutable(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kintsugi-register")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	good := project(t, filepath.Join(dir, "good"), 1)
+	badRef := project(t, filepath.Join(dir, "badref"), 9)
+	noSent := project(t, filepath.Join(dir, "nosent"), 1)
+	sent := filepath.Join(dir, "nosent", "data", "processed", "edf", "cyc02", ".snakemake_complete")
+	os.Remove(sent)
+	edf1 := filepath.Join(dir, "good", "data", "processed", "edf", "cyc01")
+	edf2 := filepath.Join(dir, "good", "data", "processed", "edf", "cyc02")
+	cfg, _ := config.Load(good)
+	fixed, moving := filepath.Join(edf1, cfg.EDFFileName(1, 1)), filepath.Join(edf2, cfg.EDFFileName(2, 1))
+	pairOut := filepath.Join(dir, "pair")
+	reg := filepath.Join(dir, "good", "data", "processed", "registered")
+
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"missing config", nil, []string{"run", "--config", dir + "/nope.yaml", "--device", "cpu"}, 2, "nope.yaml"},
+		{"bad device", nil, []string{"run", "--config", good, "--device", "tpu"}, 2, "--device"},
+		{"gpu without cuda", nil, []string{"run", "--config", good, "--log-format", "text"}, 2, "built without CUDA support"},
+		{"missing sentinel", nil, []string{"run", "--config", noSent, "--device", "cpu"}, 2, sent},
+		{"reference not a cycle", nil, []string{"run", "--config", badRef, "--device", "cpu"}, 2, "registration.reference_cycle"},
+		{"unknown flag", nil, []string{"run", "--frobnicate"}, 2, "frobnicate"},
+		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "--config", good, "--device", "cpu", "--log-format", "text"}, 0, "registration done"},
+		{"pair", nil, []string{"pair", "--fixed", fixed, "--moving", moving, "--out", pairOut, "--device", "cpu", "--workers", "2"}, 0, "pair registered"},
+		{"apply", nil, []string{"apply", "--transform", filepath.Join(reg, "registration_data", "cyc02_transform.json"),
+			"--in", filepath.Join(edf2, cfg.EDFFileName(2, 2)), "--out", filepath.Join(dir, "applied.tif"), "--device", "cpu"}, 0, "transform applied"},
+		{"apply missing transform", nil, []string{"apply", "--transform", dir + "/none.json", "--in", fixed, "--out", dir + "/x.tif", "--device", "cpu"}, 2, "none.json"},
+	}
+	for _, c := range cases {
+		cmd := exec.Command(bin, c.args...)
+		cmd.Env = append(os.Environ(), c.env...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if code != c.code || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s: exit %d, want %d; output lacks %q:\n%s", c.name, code, c.code, c.want, out)
+		}
+		if c.code == 2 && strings.Contains(c.name, "sentinel") {
+			if _, err := os.Stat(filepath.Join(dir, "nosent", "data", "processed", "registered")); err == nil {
+				t.Errorf("%s: registered/ written", c.name)
+			}
+		}
+	}
+	for _, f := range []string{"cyc01/" + cfg.EDFFileName(1, 2), "cyc02/" + cfg.EDFFileName(2, 2), "qc/cyc02_metrics.json", "qc/cyc02_overlay.png", "registered.ome.tif", ".snakemake_complete"} {
+		if _, err := os.Stat(filepath.Join(reg, f)); err != nil {
+			t.Errorf("run output: %v", err)
+		}
+	}
+	a, err1 := tiffio.ReadGray16(filepath.Join(dir, "applied.tif"))
+	b, err2 := tiffio.ReadGray16(filepath.Join(reg, "cyc02", cfg.EDFFileName(2, 2)))
+	if err1 != nil || err2 != nil || len(a.Pix) != len(b.Pix) {
+		t.Fatalf("apply output: %v %v", err1, err2)
+	}
+	for i := range a.Pix {
+		if a.Pix[i] != b.Pix[i] {
+			t.Fatalf("apply differs from the run's output at pixel %d", i)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(pairOut, filepath.Base(moving))); err != nil {
+		t.Errorf("pair output: %v", err)
+	}
+}
