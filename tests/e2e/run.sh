@@ -1,23 +1,37 @@
 #!/usr/bin/env bash
-# End-to-end test of the stitch stage through the real local SLURM cluster and Snakemake.
+# End-to-end test of the pipeline through the real local SLURM cluster and Snakemake:
+# raw tiles -> stitch -> deconvolve -> edf -> registration, then every QC report, then validate.
 #
-# Needs: bin/ built by `make` (kintsugi-synth, kintsugi-assign, kintsugi-stitch, kintsugi-accuracy),
-# the test cluster from scripts/slurm-up.sh (accounts acct_a with 3 GPUs, acct_b with 2), snakemake,
-# /usr/bin/python3 with tifffile (Debian packages). Run from anywhere: tests/e2e/run.sh
+# Needs: bin/ built by `make` (kintsugi-synth, -assign, -stitch, -decon, -edf, -register, -qc,
+# -accuracy), the test cluster from scripts/slurm-up.sh (accounts acct_a with GrpTRES gres/gpu=3,
+# acct_b with 2, fake GPUs), snakemake, /usr/bin/python3 with tifffile (Debian packages).
+# Run from anywhere: tests/e2e/run.sh
 #
 # What it does:
-#   1. writes a tiny synthetic project with more cycles than the 5 GPU slots (bin/kintsugi-synth);
-#   2. writes a test config from the project's config.yaml: the two test accounts, device cpu
-#      (CI has no GPU; the Snakefile passes --device from the config), small job memory;
-#   3. runs `snakemake stitch_all --configfile <cfg> --profile profiles/slurm` from the repo root;
-#   4. checks, with tests/e2e/slurm_check.py, that every cycle ran as its own SLURM job with
-#      gres/gpu=1 under the account bin/kintsugi-assign chose for it, that no account ever ran more
-#      GPU jobs at once than its slots, and that the overflow queued in SLURM (AssocGrpGRES);
-#   5. checks the outputs: every stitched plane, tile_positions.csv and the sentinel exist; every
-#      plane reads back (tifffile) as 2-D uint16 of the size the tile positions imply, with content;
-#   6. scores every cycle against the synthetic ground truth with bin/kintsugi-accuracy (flatfield,
-#      darkfield, tile positions, scene NCC) against the tolerances below.
-# Failures print the worst value and where. About 1.5 min on 2 cores.
+#   0. unit tests of tests/e2e/slurm_check.py on recorded Snakemake 7.x and >= 8 (slurm executor
+#      plugin) logs;
+#   1. writes a tiny synthetic project with more cycles (7) than the 5 GPU slots (bin/kintsugi-synth);
+#   2. writes a test config: the two test accounts, device cpu (CI has no GPU; every GPU job still
+#      requests --gres=gpu:1 on the fake GPUs), small job memory;
+#   3. kintsugi-assign against the real SLURM: `discover` lists acct_a 3 and acct_b 2 from sacctmgr;
+#      with GPU jobs held in the queue, `--live` (squeue) and `live: true` in the workflow fill the
+#      free GPUs first and keep jobs = 5;
+#   4. dry runs: --config overrides with numbers as strings (Snakemake 7.21) work, bad ones name the
+#      key, unknown live accounts are named; `registration` pulls in no QC rule, `all` all four;
+#   5. runs `snakemake registration --configfile <cfg> --profile profiles/slurm` from the repo root;
+#   6. checks, with tests/e2e/slurm_check.py and sacct, that every stitch/deconvolve/edf job of every
+#      cycle and the registration job ran once, as its own SLURM job with gres/gpu=1, under the account
+#      and partition kintsugi-assign chose; that no account ever ran more GPU jobs than its slots; and
+#      that at most `jobs` (5) GPU jobs were ever in flight (sacct Submit..End), reaching 5;
+#   7. checks the outputs with tifffile (an independent reader): stitched planes (shapes from the tile
+#      positions, content), deconvolved stacks, marker-named EDF planes, registered planes (all of the
+#      reference size), registered.ome.tif; registration improved the DAPI NCC of every cycle
+#      (recomputed here with numpy); stitching accuracy against the synthetic truth (kintsugi-accuracy);
+#   8. runs `snakemake all`: only the four QC jobs, on the CPU partition of the helper's CPU
+#      assignment, without GPUs; checks their outputs (sentinels, metrics JSON against tifffile's
+#      numbers, every PNG decoded);
+#   9. `snakemake validate` passes, and fails listing a marker-named EDF file that was moved away.
+# Failures print the worst value and where. About 10 min on 2 cores.
 #
 # Env: KINTSUGI_E2E_DIR  work directory under /tmp/ (default: a new /tmp/kintsugi-e2e.XXXXXX); it
 #                        is emptied first and kept afterwards (.ci/run prints its logs)
@@ -30,10 +44,11 @@ CYCLES=${E2E_CYCLES:-7}
 ACCOUNTS=${SLURM_TEST_ACCOUNTS:-acct_a:3,acct_b:2}   # name:gpu_slots, as scripts/slurm-up.sh set them
 GPU_PARTITION=gpu
 CPU_PARTITION=cpu
-MEM_STITCH=1000      # MB per stitch job: a tiny cycle needs far less; keeps 5 jobs under the node's RealMemory
-TIME_STITCH=20       # minutes per stitch job (SLURM time limit; a tiny cycle takes seconds)
-CPUS_STITCH=2        # cpus_per_task of a stitch job
-SNAKEMAKE_TIMEOUT=1800   # s; the whole workflow takes ~1-2 min on 2 cores
+MEM_JOB=1000         # MB per stitch/decon/edf/QC job: a tiny cycle needs far less; 5 jobs stay under RealMemory
+MEM_REGISTRATION=2000
+TIME_JOB=20          # minutes per job (SLURM time limit; a tiny cycle takes seconds to a minute)
+CPUS_JOB=2           # cpus_per_task of every job
+SNAKEMAKE_TIMEOUT=2400   # s; the registration run takes ~6-8 min on 2 cores
 # Content of a stitched plane: at least this fraction of pixels non-zero (the mosaic is fully
 # covered by tiles and even off tissue the synthetic background is 25-40 counts, ~4 noise sigma
 # above 0 after darkfield removal; 0.9 leaves room for an off-tissue tile), and a standard
@@ -58,6 +73,9 @@ POS_ERR_MAX=1.0        # tile position error, px, max over tiles after removing 
                        # the stage jitter (1.5 px sd per axis) and fails
 SCENE_NCC_MIN=0.85     # correlation of the stitched reference plane with the true scene (measured worst
                        # 0.88, limited by the unidentifiable flatfield); a misplaced mosaic drops below
+# Registration: the synthetic cycles are shifted against each other by a few px; the registered DAPI
+# must agree with the reference cycle's better than the EDF did (NCC recomputed here), by this margin.
+REG_NCC_GAIN_MIN=0.0
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
@@ -66,10 +84,13 @@ export USER=$(id -un) # Snakemake 7.21 checks accounts for $USER; sbatch uses th
 limits=$(echo "$ACCOUNTS" | tr : =)
 t0=$(date +%s)
 say() { echo "e2e [$(($(date +%s) - t0)) s] $*"; }
+held=""
+cleanup_held() { [ -z "$held" ] || scancel $held 2>/dev/null || true; held=""; }
+trap cleanup_held EXIT
 fail() { echo "e2e: FAIL: $*" >&2; echo "e2e: work dir kept: $work" >&2; exit 1; }
 
 # ---- preconditions --------------------------------------------------------------------------------
-for b in kintsugi-synth kintsugi-assign kintsugi-stitch kintsugi-accuracy; do
+for b in kintsugi-synth kintsugi-assign kintsugi-stitch kintsugi-decon kintsugi-edf kintsugi-register kintsugi-qc kintsugi-accuracy; do
   [ -x "bin/$b" ] || { echo "e2e: bin/$b missing: run make first" >&2; exit 1; }
 done
 scontrol ping >/dev/null 2>&1 || { echo "e2e: no SLURM controller: run scripts/slurm-up.sh first" >&2; exit 1; }
@@ -82,6 +103,8 @@ for spec in ${ACCOUNTS//,/ }; do # the cluster's limits must be the slots the co
   }
 done
 $PY -c 'import tifffile, numpy, yaml' || { echo "e2e: $PY lacks tifffile/numpy/yaml (apt-get install python3-tifffile)" >&2; exit 1; }
+[ -z "$(squeue -h -A "$(echo "$ACCOUNTS" | sed 's/:[0-9]*//g')" 2>/dev/null)" ] ||
+  { echo "e2e: the test accounts have jobs in the queue (squeue); the concurrency checks need an idle cluster" >&2; exit 1; }
 
 if [ -n "${KINTSUGI_E2E_DIR:-}" ]; then
   work=$KINTSUGI_E2E_DIR
@@ -95,6 +118,11 @@ proj=$work/project
 cfg=$work/config.yaml
 say "work dir $work"
 
+# ---- 0. slurm_check.py's own tests (recorded 7.x and >= 8 plugin logs) ----------------------------
+$PY -m unittest -q tests/e2e/test_slurm_check.py 2>"$work/test_slurm_check.log" ||
+  { cat "$work/test_slurm_check.log" >&2; fail "tests/e2e/test_slurm_check.py"; }
+say "slurm_check.py unit tests passed"
+
 # ---- 1. synthetic project ----------------------------------------------------------------------------
 bin/kintsugi-synth --preset tiny --ncycles "$CYCLES" --out "$proj" >"$work/synth.log" 2>&1 ||
   { tail -n 20 "$work/synth.log" >&2; fail "kintsugi-synth"; }
@@ -102,12 +130,12 @@ say "synthesised $CYCLES cycles in $proj"
 
 # ---- 2. test config ---------------------------------------------------------------------------------------
 $PY - "$proj/config.yaml" "$cfg" "$repo" "$ACCOUNTS" "$GPU_PARTITION" "$CPU_PARTITION" \
-  "$MEM_STITCH" "$TIME_STITCH" "$CPUS_STITCH" <<'PY'
+  "$MEM_JOB" "$MEM_REGISTRATION" "$TIME_JOB" "$CPUS_JOB" <<'PY'
 import sys, yaml
-src, dst, repo, accounts, pgpu, pcpu, mem, time_, cpus = sys.argv[1:]
+src, dst, repo, accounts, pgpu, pcpu, mem, mem_reg, time_, cpus = sys.argv[1:]
 cfg = yaml.safe_load(open(src))
 cfg["kintsugi_dir"] = repo
-cfg["device"] = "cpu"      # CI has no GPU; the stitch rule passes --device from here
+cfg["device"] = "cpu"      # CI has no GPU; every rule passes --device from here
 res = cfg.setdefault("resources", {})
 # Derived totals and the legacy single-account keys would disagree with the test accounts.
 for k in ("total_gpu_slots", "total_cpu_slots", "total_slots", "account", "account_gpu", "account_cpu",
@@ -117,64 +145,151 @@ res["accounts"] = [
     {"name": n, "gpu_slots": int(s), "partition_gpu": pgpu, "partition_cpu": pcpu}
     for n, s in (a.split(":") for a in accounts.split(","))
 ]
-res["mem_stitch"], res["time_stitch"], res["cpus_stitch"] = int(mem), int(time_), int(cpus)
+for stage in ("stitch", "decon", "edf", "registration", "qc"):
+    res[f"mem_{stage}"] = int(mem_reg if stage == "registration" else mem)
+    res[f"time_{stage}"] = int(time_)
+    res[f"cpus_{stage}"] = int(cpus)
+res["mem_qc_registration"], res["time_qc_registration"] = int(mem), int(time_)
 yaml.safe_dump(cfg, open(dst, "w"), sort_keys=False)
 PY
-bin/kintsugi-assign --config "$cfg" >"$work/assign.json" || fail "kintsugi-assign --config $cfg"
-say "config $cfg; assignment: $($PY -c 'import json,sys; a=json.load(open(sys.argv[1]));print({c: v["account"] for c, v in a["cycles"].items()})' "$work/assign.json")"
+bin/kintsugi-assign --config "$cfg" --log-level warn >"$work/assign.json" || fail "kintsugi-assign --config $cfg"
+jobs=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"])' "$work/assign.json")
+say "config $cfg; assignment: $($PY -c 'import json,sys; a=json.load(open(sys.argv[1]));print({c: v["account"] for c, v in a["cycles"].items()}, "registration", a["registration"]["account"], "qc", a["cpu"], "jobs", a["jobs"])' "$work/assign.json")"
 
-# ---- 3. the workflow through SLURM -----------------------------------------------------------------------
-say "snakemake stitch_all --profile profiles/slurm (log $work/snakemake.log)"
-if ! timeout -k 30 "$SNAKEMAKE_TIMEOUT" snakemake stitch_all --configfile "$cfg" --profile profiles/slurm \
-  >"$work/snakemake.log" 2>&1; then
-  tail -n 60 "$work/snakemake.log" >&2
-  # Cancel what this run left in the queue, so later runs see a clean cluster.
-  ids=$(sed -n 's/.*has been submitted with SLURM jobid \([0-9][0-9]*\).*/\1/p' "$work/snakemake.log" | tr '\n' ' ')
-  [ -z "$ids" ] || scancel $ids 2>/dev/null || true
-  fail "snakemake stitch_all"
-fi
-say "workflow done"
+# ---- 3. kintsugi-assign on the real SLURM: discover, live availability with held jobs -----------------
+bin/kintsugi-assign discover --log-level warn >"$work/discover.yaml" || fail "kintsugi-assign discover"
+$PY - "$work/discover.yaml" "$ACCOUNTS" <<'PY' || { cat "$work/discover.yaml" >&2; fail "discover output"; }
+import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+got = {a["name"]: a["gpu_slots"] for a in doc["resources"]["accounts"]}
+want = {n: int(s) for n, s in (a.split(":") for a in sys.argv[2].split(","))}
+assert got == want, f"discover listed {got}, want {want} (sacctmgr GrpTRES gres/gpu)"
+assert all(a["partition_gpu"] == "gpu" and a["partition_cpu"] == "cpu" for a in doc["resources"]["accounts"]), doc
+print(f"e2e discover: {got}")
+PY
+# Hold GPU jobs in the queue: acct_a 2 of 3 GPUs, acct_b 1 of 2 (pending jobs count as in use).
+acct_a=${ACCOUNTS%%:*}
+acct_b=$(echo "$ACCOUNTS" | cut -d, -f2 | cut -d: -f1)
+held="$(sbatch --parsable -H -A "$acct_a" -p "$GPU_PARTITION" --gres=gpu:2 -J e2e_held --wrap true) $(sbatch --parsable -H -A "$acct_b" -p "$GPU_PARTITION" --gres=gpu:1 -J e2e_held --wrap true)"
+bin/kintsugi-assign --config "$cfg" --live --log-level warn >"$work/assign_live.json" || fail "kintsugi-assign --live"
+$PY - "$work/assign_live.json" "$acct_a" "$acct_b" <<'PY' || fail "live placement"
+import json, sys
+p, a, b = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+applied = {k: v["avail"] for k, v in p["live"]["applied"].items()}
+assert p["source"] == "live" and p["live"]["from"] == "squeue", p
+assert applied == {a: 1, b: 1}, f"live availability {applied}, want {a}: 1, {b}: 1 (held jobs hold 2 and 1 GPUs)"
+assert p["jobs"] == 5, f"jobs {p['jobs']}: live data must not shrink the plan"
+first = [p["cycles"][str(c)]["account"] for c in p["order"][:2]]
+assert first == [a, b], f"first two cycles on {first}: free GPUs are filled first"
+assert p["registration"]["account"] == a, "registration: first account with GPU slots in config order"
+print(f"e2e live: applied {applied}, cycles {[p['cycles'][str(c)]['account'] for c in p['order']]}, jobs {p['jobs']}")
+PY
+snakemake registration -n --configfile "$cfg" --profile profiles/slurm --config live=true >"$work/dry_live.log" 2>&1 ||
+  { tail -n 30 "$work/dry_live.log" >&2; fail "snakemake -n --config live=true"; }
+grep -q "source live (squeue: $acct_a 1 free of 3, $acct_b 1 free of 2)" "$work/dry_live.log" ||
+  { grep kintsugi-assign "$work/dry_live.log" >&2; fail "live: true did not use squeue's availability"; }
+cleanup_held
+say "discover and live availability (held jobs) checked"
 
-# ---- 4. SLURM accounting: one job per cycle, accounts, GPU limits, queueing ------------------------------
+# ---- 4. dry runs: --config overrides, targets -------------------------------------------------------------
+dry() { snakemake "$@" -n --configfile "$cfg" --profile profiles/slurm >"$work/dry.log" 2>&1; }
+dry registration --config 'cycles=[1,2]' 'live_accounts=[{"name":"'"$acct_a"'","gpu_avail":0},{"name":"'"$acct_b"'","gpu_avail":1}]' ||
+  { tail -n 30 "$work/dry.log" >&2; fail "--config with numbers as strings"; }
+grep -q "source live (config live_accounts: $acct_a 0 free of 3, $acct_b 1 free of 2); cycles per account {'$acct_b': \[1\], '$acct_a': \[2\]}" "$work/dry.log" ||
+  { grep kintsugi-assign "$work/dry.log" >&2; fail "--config overrides not applied"; }
+if dry registration --config 'cycles=[1,x]'; then fail "--config cycles=[1,x] accepted"; fi
+grep -q "config key cycles\[1\]: 'x' is not an integer" "$work/dry.log" || { tail -n 5 "$work/dry.log" >&2; fail "bad --config number not named"; }
+if dry registration --config 'live_accounts=[{"name":"nosuch","gpu_avail":1}]'; then fail "unknown live account accepted"; fi
+grep -q "unknown account(s) nosuch" "$work/dry.log" || { tail -n 5 "$work/dry.log" >&2; fail "unknown live account not named"; }
+dry registration || { tail -n 30 "$work/dry.log" >&2; fail "snakemake registration -n"; }
+if grep -E '^rule qc_' "$work/dry.log"; then fail "snakemake registration pulls in QC rules"; fi
+dry all || { tail -n 30 "$work/dry.log" >&2; fail "snakemake all -n"; }
+for r in qc_stitch qc_decon qc_edf qc_registration registration; do
+  grep -q "^rule $r:" "$work/dry.log" || fail "snakemake all -n lacks rule $r"
+done
+say "dry runs: overrides, errors and targets checked"
+
+# ---- 5. the workflow through SLURM -----------------------------------------------------------------------
+run_snakemake() { # $1 target, $2 log
+  say "snakemake $1 --profile profiles/slurm (log $2)"
+  if ! timeout -k 30 "$SNAKEMAKE_TIMEOUT" snakemake "$1" --configfile "$cfg" --profile profiles/slurm >"$2" 2>&1; then
+    tail -n 60 "$2" >&2
+    # Cancel what this run left in the queue, so later runs see a clean cluster.
+    ids=$(sed -n 's/.*has been submitted with SLURM jobid \([0-9][0-9]*\).*/\1/p' "$2" | tr '\n' ' ')
+    [ -z "$ids" ] || scancel $ids 2>/dev/null || true
+    fail "snakemake $1"
+  fi
+}
+run_snakemake registration "$work/snakemake_registration.log"
+say "registration workflow done"
+
+# ---- 6. SLURM accounting: jobs, accounts, GPUs, jobs in flight --------------------------------------------
 $PY - "$work/assign.json" "$work/expect.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
-expect = [{"rule": "stitch", "wildcards": {"cycle": str(c)}, "account": v["account"],
-           "partition": v["partition"], "gpus": 1} for c, v in a["cycles"].items()]
 assert all(v["mode"] == "gpu" for v in a["cycles"].values()), "kintsugi-assign gave a non-GPU cycle"
+expect = [{"rule": rule, "wildcards": {"cycle": str(c)}, "account": v["account"], "partition": v["partition"], "gpus": 1}
+          for rule in ("stitch", "deconvolve", "edf") for c, v in a["cycles"].items()]
+r = a["registration"]
+expect.append({"rule": "registration", "account": r["account"], "partition": r["partition"], "gpus": 1})
 json.dump(expect, open(sys.argv[2], "w"), indent=1)
 PY
-$PY tests/e2e/slurm_check.py --log "$work/snakemake.log" --limits "$limits" \
-  --expect "$work/expect.json" --table "$work/sacct.tsv" --require-overflow || fail "SLURM accounting checks"
+$PY tests/e2e/slurm_check.py --log "$work/snakemake_registration.log" --limits "$limits" \
+  --expect "$work/expect.json" --table "$work/sacct_registration.tsv" --max-gpu-jobs "$jobs" --require-gpu-peak \
+  >"$work/slurm_check_registration.log" || { cat "$work/slurm_check_registration.log"; fail "SLURM accounting checks (registration run)"; }
+grep '^slurm_check' "$work/slurm_check_registration.log"
+n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_registration.log")
+[ "$n_sub" = $((3 * CYCLES + 1)) ] || fail "registration run submitted $n_sub SLURM jobs, want $((3 * CYCLES + 1))"
 
-# ---- 5. outputs: files, shapes, content ---------------------------------------------------------------------
-$PY - "$proj" "$MIN_NONZERO_FRACTION" "$MIN_STD_COUNTS" "$SHAPE_TOL_PX" <<'PY' || fail "output checks"
-import csv, glob, os, re, sys
-import numpy as np, tifffile
-proj, min_nz, min_std, shape_tol = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+# ---- 7. outputs: files, shapes, content ------------------------------------------------------------------------
+$PY - "$proj" "$cfg" "$MIN_NONZERO_FRACTION" "$MIN_STD_COUNTS" "$SHAPE_TOL_PX" "$REG_NCC_GAIN_MIN" <<'PY' || fail "output checks"
+import csv, glob, json, os, re, sys
+import numpy as np, tifffile, yaml
+proj, cfgp = sys.argv[1], sys.argv[2]
+min_nz, min_std, shape_tol, gain_min = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+cfg = yaml.safe_load(open(cfgp))
+names = cfg.get("channel_names") or {}
+def edf_name(c, ch):
+    n = (names.get(c) or names.get(str(c)) or [])
+    return (n[ch - 1].replace("/", "_").replace(" ", "_") if ch <= len(n) and n[ch - 1] else f"CH{ch}_edf") + ".tif"
 raw_root = os.path.join(proj, "data", "raw")
-out_root = os.path.join(proj, "data", "processed", "stitched")
-fails, planes = [], 0
+P = os.path.join(proj, "data", "processed")
+fails, counts = [], {"stitched": 0, "deconvolved": 0, "edf": 0, "registered": 0}
+def sentinel(path, stage, cyc=None):
+    if not os.path.isfile(path):
+        fails.append(f"{path} missing"); return
+    kv = dict(l.split("=", 1) for l in open(path).read().split("\n") if "=" in l)
+    if kv.get("stage") != stage or (cyc is not None and kv.get("cycle") != str(cyc)):
+        fails.append(f"{path}: stage/cycle {kv.get('stage')}/{kv.get('cycle')}, want {stage}/{cyc}")
+def plane(p, shape=None):
+    if not os.path.isfile(p):
+        fails.append(f"{p} missing"); return None
+    img = tifffile.imread(p)
+    if img.dtype != np.uint16 or img.ndim != 2:
+        fails.append(f"{p}: {img.dtype} {img.shape}, want 2-D uint16"); return None
+    if shape is not None and img.shape != shape:
+        fails.append(f"{p}: shape {img.shape}, want {shape}")
+    if img.std() < min_std:
+        fails.append(f"{p}: std {img.std():.1f} counts (min {min_std}): no content")
+    return img
+cycles = []
 for raw in sorted(glob.glob(os.path.join(raw_root, "cyc*"))):
     cyc = int(re.search(r"cyc0*(\d+)", os.path.basename(raw)).group(1))
-    names = [re.match(r"\d+_(\d{5})_Z(\d{3})_CH(\d+)\.tif$", f) for f in os.listdir(raw)]
-    names = [m for m in names if m]
-    tiles = sorted({int(m.group(1)) for m in names})
-    zs = sorted({int(m.group(2)) for m in names})
-    chs = sorted({int(m.group(3)) for m in names})
-    th, tw = tifffile.imread(os.path.join(raw, names[0].group(0))).shape
-    out = os.path.join(out_root, f"cyc{cyc:02d}")
-    for f in ("tile_positions.csv", ".snakemake_complete"):
-        if not os.path.isfile(os.path.join(out, f)):
-            fails.append(f"{out}/{f} missing")
-    sentinel = os.path.join(out, ".snakemake_complete")
-    if os.path.isfile(sentinel):
-        kv = dict(l.split("=", 1) for l in open(sentinel).read().split("\n") if "=" in l)
-        if kv.get("stage") != "stitch" or kv.get("cycle") != str(cyc):
-            fails.append(f"{sentinel}: stage/cycle {kv.get('stage')}/{kv.get('cycle')}, want stitch/{cyc}")
+    cycles.append(cyc)
+    tiles_m = [re.match(r"\d+_(\d{5})_Z(\d{3})_CH(\d+)\.tif$", f) for f in os.listdir(raw)]
+    tiles_m = [m for m in tiles_m if m]
+    tiles = sorted({int(m.group(1)) for m in tiles_m})
+    zs = sorted({int(m.group(2)) for m in tiles_m})
+    chs = sorted({int(m.group(3)) for m in tiles_m})
+    th, tw = tifffile.imread(os.path.join(raw, tiles_m[0].group(0))).shape
+    # stitched
+    out = os.path.join(P, "stitched", f"cyc{cyc:02d}")
+    sentinel(os.path.join(out, ".snakemake_complete"), "stitch", cyc)
     pos_path = os.path.join(out, "tile_positions.csv")
     want_shape = None  # the mosaic spans the fitted tile positions: (max y_pos + H, max x_pos + W)
-    if os.path.isfile(pos_path):
+    if not os.path.isfile(pos_path):
+        fails.append(f"{pos_path} missing")
+    else:
         rows = list(csv.DictReader(open(pos_path)))
         if [int(r["tile"]) for r in rows] != tiles:
             fails.append(f"{pos_path}: tiles {[r['tile'] for r in rows]}, want {tiles}")
@@ -183,31 +298,89 @@ for raw in sorted(glob.glob(os.path.join(raw_root, "cyc*"))):
             fails.append(f"{pos_path}: min y_pos/x_pos {min(ys)}/{min(xs)}, want 0/0")
         if rows:
             want_shape = (max(ys) + th, max(xs) + tw)
+    shape = None
     for ch in chs:
         for z in zs:
             p = os.path.join(out, f"CH{ch}", f"{z:02d}.tif")
-            if not os.path.isfile(p):
-                fails.append(f"{p} missing"); continue
-            img = tifffile.imread(p)
-            planes += 1
-            if img.dtype != np.uint16 or img.ndim != 2:
-                fails.append(f"{p}: {img.dtype} {img.shape}, want 2-D uint16"); continue
+            img = plane(p)
+            if img is None:
+                continue
+            counts["stitched"] += 1
+            shape = shape or img.shape
             if want_shape and any(abs(g - w) > shape_tol for g, w in zip(img.shape, want_shape)):
                 fails.append(f"{p}: shape {img.shape}, want ({want_shape[0]:.1f}, {want_shape[1]:.1f})"
                              f" +- {shape_tol} px from tile_positions.csv and the tile size")
             nz = float(np.count_nonzero(img)) / img.size
-            std = float(img.std())
-            if nz < min_nz or std < min_std:
-                fails.append(f"{p}: non-zero fraction {nz:.3f} (min {min_nz}), std {std:.1f} counts (min {min_std})")
-print(f"e2e outputs: {planes} stitched planes checked")
+            if nz < min_nz:
+                fails.append(f"{p}: non-zero fraction {nz:.3f} (min {min_nz})")
+    # deconvolved: one uint16 plane per z, the stitched size
+    out = os.path.join(P, "deconvolved", f"cyc{cyc:02d}")
+    sentinel(os.path.join(out, ".snakemake_complete"), "decon", cyc)
+    if not os.path.isfile(os.path.join(out, "DECONV_parameters.txt")):
+        fails.append(f"{out}/DECONV_parameters.txt missing")
+    for ch in chs:
+        got = sorted(glob.glob(os.path.join(out, f"CH{ch}", "deconv_*.tif")))
+        if len(got) != len(zs):
+            fails.append(f"{out}/CH{ch}: {len(got)} deconv_*.tif planes, want {len(zs)}")
+        for p in got:
+            if plane(p, shape) is not None:
+                counts["deconvolved"] += 1
+    # edf: one marker-named plane per channel, the stitched size
+    out = os.path.join(P, "edf", f"cyc{cyc:02d}")
+    sentinel(os.path.join(out, ".snakemake_complete"), "edf", cyc)
+    for ch in chs:
+        if plane(os.path.join(out, edf_name(cyc, ch)), shape) is not None:
+            counts["edf"] += 1
+# registered: same names, every cycle the same (reference) size
+reg = os.path.join(P, "registered")
+sentinel(os.path.join(reg, ".snakemake_complete"), "registration")
+ref_cycle = int((cfg.get("registration") or {}).get("reference_cycle", 1))
+def dapi(d, c):
+    fs = sorted(f for f in os.listdir(d) if f.endswith(".tif"))
+    ds = [f for f in fs if f.startswith("DAPI")]
+    return (ds or fs)[0]
+ref_shape = None
+for cyc in cycles:
+    for ch in chs:
+        img = plane(os.path.join(reg, f"cyc{cyc:02d}", edf_name(cyc, ch)), ref_shape)
+        if img is not None:
+            ref_shape = ref_shape or img.shape
+            counts["registered"] += 1
+if os.path.isfile(os.path.join(reg, "registered.ome.tif")):
+    with tifffile.TiffFile(os.path.join(reg, "registered.ome.tif")) as tf:
+        s = tf.series[0]
+        n_planes = int(np.prod(s.shape[:-2]))
+        if n_planes != len(cycles) * len(chs) or tuple(s.shape[-2:]) != ref_shape:
+            fails.append(f"registered.ome.tif: series shape {s.shape}, want {len(cycles) * len(chs)} planes of {ref_shape}")
+else:
+    fails.append(f"{reg}/registered.ome.tif missing")
+# registration improved every cycle's DAPI agreement with the reference (recomputed here)
+def ncc(a, b):
+    h, w = min(a.shape[0], b.shape[0]), min(a.shape[1], b.shape[1])
+    a = a[:h, :w].astype(np.float64).ravel(); b = b[:h, :w].astype(np.float64).ravel()
+    return float(np.corrcoef(a, b)[0, 1])
+rd = os.path.join(reg, f"cyc{ref_cycle:02d}"); ed = os.path.join(P, "edf", f"cyc{ref_cycle:02d}")
+ref_reg, ref_edf = tifffile.imread(os.path.join(rd, dapi(rd, ref_cycle))), tifffile.imread(os.path.join(ed, dapi(ed, ref_cycle)))
+worst = None
+for cyc in cycles:
+    if cyc == ref_cycle:
+        continue
+    rdir, edir = os.path.join(reg, f"cyc{cyc:02d}"), os.path.join(P, "edf", f"cyc{cyc:02d}")
+    before = ncc(ref_edf, tifffile.imread(os.path.join(edir, dapi(edir, cyc))))
+    after = ncc(ref_reg, tifffile.imread(os.path.join(rdir, dapi(rdir, cyc))))
+    if worst is None or after - before < worst[0]:
+        worst = (after - before, cyc, before, after)
+    if after - before < gain_min:
+        fails.append(f"cycle {cyc}: DAPI NCC with cycle {ref_cycle} {before:.4f} before, {after:.4f} after registration")
+if worst:
+    print(f"e2e registration: smallest NCC gain {worst[0]:+.4f} (cycle {worst[1]}: {worst[2]:.4f} -> {worst[3]:.4f})")
+print(f"e2e outputs: {counts}")
 for f in fails[:40]:
     print("FAIL:", f, file=sys.stderr)
-if not planes:
-    print("FAIL: no stitched planes found", file=sys.stderr)
-sys.exit(1 if fails or not planes else 0)
+sys.exit(1 if fails or not all(counts.values()) else 0)
 PY
 
-# ---- 6. accuracy against the ground truth ------------------------------------------------------------------
+# ---- 7b. stitching accuracy against the ground truth -------------------------------------------------------
 for c in $(seq 1 "$CYCLES"); do
   bin/kintsugi-accuracy --project "$proj" --cycle "$c" --json >"$work/accuracy_cyc$c.json" 2>>"$work/accuracy.log" ||
     { tail -n 20 "$work/accuracy.log" >&2; fail "kintsugi-accuracy --cycle $c"; }
@@ -255,6 +428,105 @@ for f in fails:
     print("FAIL:", f, file=sys.stderr)
 sys.exit(1 if fails else 0)
 PY
+say "outputs and stitching accuracy checked"
+
+# ---- 8. snakemake all: the QC reports on the CPU partition -----------------------------------------------
+run_snakemake all "$work/snakemake_all.log"
+$PY - "$work/assign.json" "$work/expect_qc.json" <<'PY'
+import json, sys
+cpu = json.load(open(sys.argv[1]))["cpu"]
+json.dump([{"rule": r, "account": cpu["account"], "partition": cpu["partition"], "gpus": 0}
+           for r in ("qc_stitch", "qc_decon", "qc_edf", "qc_registration")], open(sys.argv[2], "w"), indent=1)
+PY
+$PY tests/e2e/slurm_check.py --log "$work/snakemake_all.log" --limits "$limits" --expect "$work/expect_qc.json" \
+  --table "$work/sacct_all.tsv" --max-gpu-jobs 0 >"$work/slurm_check_all.log" ||
+  { cat "$work/slurm_check_all.log"; fail "SLURM accounting checks (all run: QC jobs only, no GPU)"; }
+grep '^slurm_check' "$work/slurm_check_all.log"
+n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_all.log")
+[ "$n_sub" = 4 ] || fail "all after registration submitted $n_sub SLURM jobs, want the 4 QC jobs"
+$PY - "$proj" "$CYCLES" <<'PY' || fail "QC outputs"
+import glob, json, os, struct, sys, zlib
+import numpy as np, tifffile
+proj, n = sys.argv[1], int(sys.argv[2])
+qc = os.path.join(proj, "qc_plots")
+fails, pngs = [], 0
+def decode_png(path):
+    """A PNG decoder's checks, standard library only: signature, chunk CRCs, IHDR, inflated size."""
+    b = open(path, "rb").read()
+    if b[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG signature")
+    i, idat, ihdr = 8, b"", None
+    while i < len(b):
+        ln, typ = struct.unpack(">I4s", b[i:i + 8])
+        data = b[i + 8:i + 8 + ln]
+        if zlib.crc32(typ + data) != struct.unpack(">I", b[i + 8 + ln:i + 12 + ln])[0]:
+            raise ValueError(f"bad CRC in chunk {typ}")
+        if typ == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", data)
+        elif typ == b"IDAT":
+            idat += data
+        i += 12 + ln
+    w, h, depth, ctype = ihdr[:4]
+    chans = {0: 1, 2: 3, 6: 4}[ctype]
+    raw = zlib.decompress(idat)
+    if depth != 8 or len(raw) != h * (1 + w * chans):
+        raise ValueError(f"{w}x{h} depth {depth} colour {ctype}: {len(raw)} bytes inflated")
+    return w, h
+for stage in ("stitch", "decon", "edf", "registration"):
+    s = os.path.join(qc, f".snakemake_complete_{stage}")
+    kv = dict(l.split("=", 1) for l in open(s).read().split("\n") if "=" in l) if os.path.isfile(s) else {}
+    if kv.get("stage") != f"qc_{stage}" or kv.get("cycles") != str(n):
+        fails.append(f"{s}: {kv}")
+    d = os.path.join(qc, stage)
+    summary = json.load(open(os.path.join(d, "summary.json")))
+    for f in glob.glob(os.path.join(d, "*.png")):
+        try:
+            w, h = decode_png(f)
+            pngs += 1
+        except Exception as e:
+            fails.append(f"{f}: {e}")
+    for hm in summary["heatmaps"]:
+        w, h = decode_png(os.path.join(d, hm["file"]))
+        if (w, h) != (16 * len(hm["cols"]), 16 * len(hm["rows"])):
+            fails.append(f"{hm['file']}: {w}x{h} for {len(hm['rows'])} rows x {len(hm['cols'])} cols")
+    for c in range(1, n + 1):
+        m = json.load(open(os.path.join(d, f"cyc{c:02d}_metrics.json")))
+        for ch in m["channels"]:
+            if not os.path.isfile(os.path.join(d, ch["overview_png"])):
+                fails.append(f"{d}/{ch['overview_png']} missing")
+            for p in ch["planes"]:
+                img = tifffile.imread(os.path.join(proj, p["file"]))
+                want = {"mean": float(img.mean()), "zero_fraction": float((img == 0).mean()),
+                        "saturated_fraction": float((img >= 64000).mean()), "max": int(img.max()),
+                        "p50": int(np.sort(img, axis=None)[int(np.ceil(0.5 * img.size)) - 1])}
+                for k, v in want.items():
+                    if abs(p[k] - v) > 1e-6 * max(1, abs(v)):
+                        fails.append(f"{stage} cycle {c} {p['file']}: {k} {p[k]}, tifffile says {v}")
+        if stage == "registration":
+            r = m["registration"]
+            if not os.path.isfile(os.path.join(d, r["overlay_png"])) or r["ncc_registered"] is None:
+                fails.append(f"registration cycle {c}: {r}")
+            if c != r["reference_cycle"] and not r.get("stage_metrics"):
+                fails.append(f"registration cycle {c}: the registration stage's metrics were not read")
+print(f"e2e QC: 4 reports, {pngs} PNGs decoded, metrics match tifffile")
+for f in fails[:40]:
+    print("FAIL:", f, file=sys.stderr)
+sys.exit(1 if fails else 0)
+PY
+say "QC reports checked"
+
+# ---- 9. validate ------------------------------------------------------------------------------------------------
+snakemake validate --configfile "$cfg" --cores 1 >"$work/validate.log" 2>&1 || { tail -n 20 "$work/validate.log" >&2; fail "snakemake validate"; }
+grep -q "validate: all $((CYCLES * 2)) EDF files present" "$work/validate.log" || fail "validate did not count every EDF file"
+victim=$(ls "$proj/data/processed/edf/cyc02/"*.tif | grep -v DAPI | head -n 1)
+mv "$victim" "$work/moved.tif"
+if snakemake validate --configfile "$cfg" --cores 1 >"$work/validate_missing.log" 2>&1; then
+  mv "$work/moved.tif" "$victim"; fail "validate passed with $victim missing"
+fi
+mv "$work/moved.tif" "$victim"
+grep -q "validate: 1 of $((CYCLES * 2)) EDF files missing" "$work/validate_missing.log" && grep -qF "  $victim" "$work/validate_missing.log" ||
+  { tail -n 20 "$work/validate_missing.log" >&2; fail "validate did not list the missing file"; }
+say "validate checked"
 
 say "OK"
 [ "${E2E_KEEP:-0}" = 1 ] || [ -n "${KINTSUGI_E2E_DIR:-}" ] || rm -rf "$work"

@@ -1,18 +1,23 @@
 #!/usr/bin/python3
 """Check, from SLURM accounting, how a Snakemake run used the test cluster.
 
-Reads the Snakemake 7.x log of one run (stdout+stderr of `snakemake --profile profiles/slurm`),
-maps every submitted job to its rule and wildcards ("rule X: ... jobid: N ... wildcards: k=v" and
+Reads the log of one run (stdout+stderr of `snakemake --profile profiles/slurm`), maps every
+submitted job to its rule and wildcards ("rule X: ... jobid: N ... wildcards: k=v" and
 "Job N has been submitted with SLURM jobid S"), queries sacct for those SLURM jobs and checks:
 
-  1. every submitted job is COMPLETED and its sacct JobName is snakejob_<rule>_<N>;
+  1. every submitted job is COMPLETED and carries the name Snakemake gave it: with Snakemake 7.x
+     JobName snakejob_<rule>_<N>; with Snakemake >= 8 and the slurm executor plugin (the log says
+     "SLURM run ID: <uuid>") JobName <uuid> and Comment rule_<rule>_wildcards_<values joined by _>
+     (rule_<rule> without wildcards);
   2. every expected job (--expect) ran exactly once, as its own SLURM job, with the expected
-     account, partition and AllocTRES gres/gpu count;
-  3. per account, the number of GPU jobs running at once (from sacct Start/End, 1 s resolution,
-     intervals [Start, End)) never exceeds the account's limit (--limits);
-  4. per account with more GPU jobs than its limit, the overflow really queued in SLURM: at least
-     one of its jobs has sacct Reason AssocGrpGRES (the job waited on the account's GrpTRES limit);
-     with --require-overflow, some account must have had more GPU jobs than its limit.
+     account, partition and AllocTRES gres/gpu count (0 for CPU jobs);
+  3. per account, the GPUs of jobs running at once (sacct Start/End, 1 s resolution, intervals
+     [Start, End)) never exceed the account's limit (--limits);
+  4. GPU jobs in flight at once (from sacct Submit to End: submitted and not finished, pending or
+     running) never exceed --max-gpu-jobs, and with --require-gpu-peak reach it (so the limit
+     was exercised);
+  5. per account whose GPU jobs in flight ever exceeded its limit, the excess really queued in
+     SLURM: at least one of its jobs has sacct Reason AssocGrpGRES.
 
 Exit status 0 when all hold, 1 with one line per failure otherwise. Standard library only.
 
@@ -31,26 +36,32 @@ RULE_RE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\S+):$")
 JOBID_RE = re.compile(r"^\s+jobid: (\d+)$")
 WILDCARDS_RE = re.compile(r"^\s+wildcards: (.*)$")
 SUBMIT_RE = re.compile(r"^Job (\d+) has been submitted with SLURM jobid (\d+)")
+RUN_ID_RE = re.compile(r"SLURM run ID: (\S+)")
 SACCT_FIELDS = ["JobIdRaw", "JobName", "Account", "Partition", "State", "AllocTRES",
-                "Submit", "Start", "End", "Reason", "Reserved"]
+                "Submit", "Start", "End", "Reason", "Comment"]
 
 
 def parse_log(path):
-    """Return [{"rule", "smk_jobid", "wildcards", "slurm_jobid"}] in submission order."""
+    """Return ([{"rule", "smk_jobid", "wildcards", "slurm_jobid"}] in submission order, run_id).
+    run_id is the slurm executor plugin's run ID (Snakemake >= 8), None for Snakemake 7.x."""
     jobs = {}  # snakemake jobid -> (rule, wildcards)
     submitted = []
-    rule = wildcards = smk = None
+    run_id = None
+    rule = wildcards = None
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.rstrip("\n")
+            m = RUN_ID_RE.search(line)
+            if m:
+                run_id = m.group(1)
+                continue
             m = RULE_RE.match(line)
             if m:
-                rule, wildcards, smk = m.group(1), {}, None
+                rule, wildcards = m.group(1), {}
                 continue
             m = JOBID_RE.match(line)
             if m and rule is not None:
-                smk = m.group(1)
-                jobs[smk] = (rule, wildcards)
+                jobs[m.group(1)] = (rule, wildcards)
                 continue
             m = WILDCARDS_RE.match(line)
             if m and rule is not None:
@@ -65,7 +76,16 @@ def parse_log(path):
                     raise SystemExit(f"slurm_check: {path}: job {smk_id} submitted but its rule block was not found")
                 r, w = jobs[smk_id]
                 submitted.append({"rule": r, "smk_jobid": smk_id, "wildcards": w, "slurm_jobid": slurm_id})
-    return submitted
+    return submitted, run_id
+
+
+def expected_names(job, run_id):
+    """(JobName, Comment or None) that Snakemake gives the SLURM job of `job`."""
+    if run_id is None:  # Snakemake 7.x built-in executor: -J snakejob_{rule}_{jobid}
+        return f"snakejob_{job['rule']}_{job['smk_jobid']}", None
+    # slurm executor plugin: --job-name <run uuid> --comment rule_<rule>[_wildcards_<values>]
+    vals = "_".join(job["wildcards"].values())
+    return run_id, f"rule_{job['rule']}" + (f"_wildcards_{vals}" if vals else "")
 
 
 def same_value(got, want):
@@ -81,6 +101,11 @@ def parse_time(s):
     return dt.datetime.fromisoformat(s) if s and s not in ("Unknown", "None") else None
 
 
+def gpus_of(tres):
+    m = re.search(r"gres/gpu=(\d+)", tres)
+    return int(m.group(1)) if m else 0
+
+
 def sacct(jobids):
     out = subprocess.run(
         ["sacct", "-X", "-P", "-n", "-j", ",".join(jobids), "--format=" + ",".join(SACCT_FIELDS)],
@@ -91,8 +116,7 @@ def sacct(jobids):
         if len(vals) != len(SACCT_FIELDS):
             continue
         row = dict(zip(SACCT_FIELDS, vals))
-        m = re.search(r"gres/gpu=(\d+)", row["AllocTRES"])
-        row["gpus"] = int(m.group(1)) if m else 0
+        row["gpus"] = gpus_of(row["AllocTRES"])
         row["start"], row["end"], row["submit"] = (parse_time(row["Start"]), parse_time(row["End"]),
                                                    parse_time(row["Submit"]))
         rows[row["JobIdRaw"]] = row
@@ -110,53 +134,30 @@ def max_concurrent(intervals):
     return best
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--log", required=True, help="Snakemake log (stdout+stderr of the run)")
-    ap.add_argument("--limits", required=True, help="account=gpus,... e.g. acct_a=3,acct_b=2")
-    ap.add_argument("--expect", help="JSON file: expected jobs (see module doc)")
-    ap.add_argument("--table", help="write the per-job table (TSV) here")
-    ap.add_argument("--require-overflow", action="store_true",
-                    help="fail unless some account ran more GPU jobs than its limit (so 4. was exercised)")
-    args = ap.parse_args()
-
-    limits = {}
-    for item in args.limits.split(","):
-        k, _, v = item.partition("=")
-        limits[k] = int(v)
-
-    fails = []
-    sub = parse_log(args.log)
-    if not sub:
-        raise SystemExit(f"slurm_check: no submitted SLURM jobs found in {args.log}")
-    rows = sacct([j["slurm_jobid"] for j in sub])
-
-    lines = ["slurm_jobid\trule\twildcards\taccount\tpartition\tgpus\tstate\treason\tsubmit\tstart\tend"]
+def check(sub, run_id, rows, limits, expect=None, max_gpu_jobs=None, require_gpu_peak=False):
+    """All checks on parsed log entries and sacct rows; returns (failures, report lines, table)."""
+    fails, report = [], []
+    lines = ["slurm_jobid\trule\twildcards\taccount\tpartition\tgpus\tstate\treason\tsubmit\tstart\tend\tjobname\tcomment"]
     for j in sub:
         r = rows.get(j["slurm_jobid"])
+        wc = ",".join(f"{k}={v}" for k, v in j["wildcards"].items())
         if r is None:
-            fails.append(f"SLURM job {j['slurm_jobid']} ({j['rule']} {j['wildcards']}) not in sacct")
+            fails.append(f"SLURM job {j['slurm_jobid']} ({j['rule']} {wc}) not in sacct")
             continue
         j["sacct"] = r
-        wc = ",".join(f"{k}={v}" for k, v in j["wildcards"].items())
         lines.append("\t".join([j["slurm_jobid"], j["rule"], wc, r["Account"], r["Partition"], str(r["gpus"]),
-                                r["State"], r["Reason"], r["Submit"], r["Start"], r["End"]]))
+                                r["State"], r["Reason"], r["Submit"], r["Start"], r["End"], r["JobName"], r["Comment"]]))
         if r["State"] != "COMPLETED":
             fails.append(f"SLURM job {j['slurm_jobid']} ({j['rule']} {wc}): state {r['State']}, want COMPLETED")
-        want_name = f"snakejob_{j['rule']}_{j['smk_jobid']}"
+        want_name, want_comment = expected_names(j, run_id)
         if r["JobName"] != want_name:
             fails.append(f"SLURM job {j['slurm_jobid']}: JobName {r['JobName']}, want {want_name}")
-    table = "\n".join(lines)
-    print(table)
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(table + "\n")
+        if want_comment is not None and r["Comment"] != want_comment:
+            fails.append(f"SLURM job {j['slurm_jobid']}: Comment {r['Comment']!r}, want {want_comment!r}")
     done = [j for j in sub if "sacct" in j]
 
     # 2. expected jobs: each exactly once, own SLURM job, account/partition/gpus.
-    if args.expect:
-        with open(args.expect) as f:
-            expect = json.load(f)
+    if expect is not None:
         used = set()
         for e in expect:
             want_wc = {k: str(v) for k, v in e.get("wildcards", {}).items()}
@@ -174,44 +175,80 @@ def main():
             for key, got in (("account", r["Account"]), ("partition", r["Partition"]), ("gpus", r["gpus"])):
                 if key in e and got != e[key]:
                     fails.append(f"{what}: SLURM job {j['slurm_jobid']} {key} {got!r}, want {e[key]!r}")
-        print(f"slurm_check: {len(expect)} expected jobs checked")
+        report.append(f"slurm_check: {len(expect)} expected jobs checked")
 
-    # 3. + 4. per-account concurrency of GPU jobs and queueing of the overflow.
-    overflowed = False
+    # 3. + 5. per-account GPUs running at once, and queueing of what was in flight beyond the limit.
     by_acct = {}
-    for j in done:
-        r = j["sacct"]
-        if r["gpus"] > 0:
-            by_acct.setdefault(r["Account"], []).append(r)
+    gpu_jobs = [j["sacct"] for j in done if j["sacct"]["gpus"] > 0]
+    for r in gpu_jobs:
+        by_acct.setdefault(r["Account"], []).append(r)
     for acct, rs in sorted(by_acct.items()):
         if acct not in limits:
             fails.append(f"account {acct}: ran {len(rs)} GPU jobs but has no limit in --limits")
             continue
-        ivs = [(r["start"], r["end"]) for r in rs if r["start"] and r["end"]]
-        if len(ivs) != len(rs):
-            fails.append(f"account {acct}: {len(rs) - len(ivs)} GPU jobs without Start/End in sacct")
-        # A job with gres/gpu=N occupies N slots; weight intervals by it.
-        weighted = [iv for r in rs if r["start"] and r["end"] for iv in [(r["start"], r["end"])] * r["gpus"]]
-        peak = max_concurrent(weighted)
+        timed = [r for r in rs if r["start"] and r["end"] and r["submit"]]
+        if len(timed) != len(rs):
+            fails.append(f"account {acct}: {len(rs) - len(timed)} GPU jobs without Submit/Start/End in sacct")
+        running = max_concurrent([iv for r in timed for iv in [(r["start"], r["end"])] * r["gpus"]])
+        in_flight = max_concurrent([iv for r in timed for iv in [(r["submit"], r["end"])] * r["gpus"]])
         queued = [r for r in rs if r["Reason"] == "AssocGrpGRES"]
-        waits = sorted((r["start"] - r["submit"]).total_seconds() for r in rs if r["start"] and r["submit"])
-        n_gpus = sum(r["gpus"] for r in rs)
-        print(f"slurm_check: account {acct}: {len(rs)} GPU jobs ({n_gpus} GPUs), limit {limits[acct]}, "
-              f"peak {peak} at once, {len(queued)} pending on AssocGrpGRES, waits(s) {waits}")
-        if peak > limits[acct]:
-            fails.append(f"account {acct}: {peak} GPUs in use at once, limit {limits[acct]}")
-        overflowed |= n_gpus > limits[acct]
-        if n_gpus > limits[acct] and not queued:
-            fails.append(f"account {acct}: {n_gpus} GPU jobs > limit {limits[acct]} but none pended on "
-                         f"AssocGrpGRES (overflow did not queue in SLURM)")
+        report.append(f"slurm_check: account {acct}: {len(rs)} GPU jobs, limit {limits[acct]}, peak {running} "
+                      f"running and {in_flight} in flight at once, {len(queued)} pended on AssocGrpGRES")
+        if running > limits[acct]:
+            fails.append(f"account {acct}: {running} GPUs in use at once, limit {limits[acct]}")
+        if in_flight > limits[acct] and not queued:
+            fails.append(f"account {acct}: {in_flight} GPU jobs in flight > limit {limits[acct]} but none pended on "
+                         f"AssocGrpGRES (the excess did not queue in SLURM)")
 
-    if args.require_overflow and not overflowed:
-        fails.append("no account ran more GPU jobs than its limit: the queueing check was not exercised")
+    # 4. GPU jobs in flight, all accounts together (Snakemake's gpu_jobs limit).
+    timed = [r for r in gpu_jobs if r["submit"] and r["end"]]
+    peak = max_concurrent([(r["submit"], r["end"]) for r in timed])
+    cpu = [j["sacct"] for j in done if j["sacct"]["gpus"] == 0 and j["sacct"]["start"] and j["sacct"]["end"]]
+    beside = sum(1 for c in cpu if any(g["start"] and g["start"] < c["end"] and c["start"] < g["end"] for g in timed))
+    report.append(f"slurm_check: {len(gpu_jobs)} GPU jobs, at most {peak} in flight at once (submitted, not ended); "
+                  f"{len(cpu)} CPU jobs, {beside} of them running beside a GPU job")
+    if max_gpu_jobs is not None:
+        if peak > max_gpu_jobs:
+            fails.append(f"{peak} GPU jobs in flight at once, limit {max_gpu_jobs}")
+        if require_gpu_peak and peak != max_gpu_jobs:
+            fails.append(f"GPU jobs in flight peaked at {peak}, want exactly {max_gpu_jobs} (the limit was not exercised)")
+    return fails, report, "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--log", required=True, help="Snakemake log (stdout+stderr of the run)")
+    ap.add_argument("--limits", required=True, help="account=gpus,... e.g. acct_a=3,acct_b=2")
+    ap.add_argument("--expect", help="JSON file: expected jobs (see module doc)")
+    ap.add_argument("--table", help="write the per-job table (TSV) here")
+    ap.add_argument("--max-gpu-jobs", type=int, help="most GPU jobs in flight at once (kintsugi-assign's jobs)")
+    ap.add_argument("--require-gpu-peak", action="store_true", help="fail unless GPU jobs in flight reach --max-gpu-jobs")
+    args = ap.parse_args()
+
+    limits = {}
+    for item in args.limits.split(","):
+        k, _, v = item.partition("=")
+        limits[k] = int(v)
+    sub, run_id = parse_log(args.log)
+    if not sub:
+        raise SystemExit(f"slurm_check: no submitted SLURM jobs found in {args.log}")
+    expect = None
+    if args.expect:
+        with open(args.expect) as f:
+            expect = json.load(f)
+    rows = sacct([j["slurm_jobid"] for j in sub])
+    fails, report, table = check(sub, run_id, rows, limits, expect, args.max_gpu_jobs, args.require_gpu_peak)
+    print(table)
+    if args.table:
+        with open(args.table, "w") as f:
+            f.write(table + "\n")
+    for line in report:
+        print(line)
     for f in fails:
         print("FAIL:", f, file=sys.stderr)
     if fails:
         return 1
-    print(f"slurm_check: OK ({len(done)} SLURM jobs)")
+    print(f"slurm_check: OK ({len(sub)} SLURM jobs, Snakemake {'>= 8 (run ID ' + run_id + ')' if run_id else '7.x'} log)")
     return 0
 
 

@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""Unit tests of slurm_check.py on recorded log excerpts (no SLURM needed):
+Snakemake 7.21's built-in executor and Snakemake >= 8 with snakemake-executor-plugin-slurm
+(jobs named by the run ID, rule and wildcards in the job comment). Run: python3 -m unittest
+tests/e2e/test_slurm_check.py (tests/e2e/run.sh does)."""
+import datetime as dt
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import slurm_check as sc  # noqa: E402
+
+LOG_7 = """\
+kintsugi-assign: source static; cycles per account {'acct_a': [1, 2, 3, 6, 7], 'acct_b': [4, 5]}
+Building DAG of jobs...
+Using shell: /usr/bin/bash
+[Mon Nov 30 15:50:01 2026]
+rule stitch:
+    input: /tmp/p/data/raw/cyc03
+    output: /tmp/p/data/processed/stitched/cyc03/.snakemake_complete
+    log: /tmp/p/slurm/logs/snakemake/stitch_cyc03.log
+    jobid: 9
+    reason: Missing output files: /tmp/p/data/processed/stitched/cyc03/.snakemake_complete
+    wildcards: cycle=03
+    resources: mem_mb=1000, runtime=20, cpus_per_task=2, slurm_account=acct_a, slurm_partition=gpu, gpu_jobs=1, slurm_extra=--gres=gpu:1
+
+Job 9 has been submitted with SLURM jobid 41 (log: /work/main/.snakemake/slurm_logs/rule_stitch/41.log).
+[Mon Nov 30 15:52:11 2026]
+rule qc_stitch:
+    input: /tmp/p/data/processed/stitched/cyc03/.snakemake_complete
+    output: /tmp/p/qc_plots/.snakemake_complete_stitch
+    jobid: 23
+    reason: Missing output files: /tmp/p/qc_plots/.snakemake_complete_stitch
+    resources: mem_mb=1000, runtime=120, cpus_per_task=2, slurm_account=acct_a, slurm_partition=cpu
+
+Job 23 has been submitted with SLURM jobid 42 (log: /work/main/.snakemake/slurm_logs/rule_qc_stitch/42.log).
+"""
+
+RUN_ID = "9f1c2d3e-1111-4a2b-8c3d-0123456789ab"
+LOG_8 = f"""\
+Using profile profiles/slurm for setting default command line arguments.
+SLURM run ID: {RUN_ID}
+Building DAG of jobs...
+[Mon Nov 30 15:50:01 2026]
+rule edf:
+    input: /tmp/p/data/processed/deconvolved/cyc02/.snakemake_complete
+    output: /tmp/p/data/processed/edf/cyc02/.snakemake_complete
+    log: /tmp/p/slurm/logs/snakemake/edf_cyc02.log
+    jobid: 4
+    reason: Missing output files: /tmp/p/data/processed/edf/cyc02/.snakemake_complete
+    wildcards: cycle=02
+    resources: mem_mb=1000, runtime=20, cpus_per_task=2, slurm_account=acct_a, slurm_partition=gpu, gpu_jobs=1, gres=gpu:1
+
+Job 4 has been submitted with SLURM jobid 77 (log: /work/main/.snakemake/slurm_logs/rule_edf/02/77.log).
+[Mon Nov 30 15:50:30 2026]
+rule registration:
+    input: /tmp/p/data/processed/edf/cyc02/.snakemake_complete
+    output: /tmp/p/data/processed/registered/.snakemake_complete
+    jobid: 1
+    reason: Missing output files: /tmp/p/data/processed/registered/.snakemake_complete
+    resources: mem_mb=2000, runtime=20, cpus_per_task=2, slurm_account=acct_a, slurm_partition=gpu, gpu_jobs=1, gres=gpu:1
+
+Job 1 has been submitted with SLURM jobid 78 (log: /work/main/.snakemake/slurm_logs/rule_registration/78.log).
+"""
+
+T0 = dt.datetime(2026, 11, 30, 15, 50, 0)
+
+
+def row(jobid, name, acct, part, gpus, submit, start, end, comment="", reason="None", state="COMPLETED"):
+    t = lambda s: T0 + dt.timedelta(seconds=s)  # noqa: E731
+    return {"JobIdRaw": jobid, "JobName": name, "Account": acct, "Partition": part, "State": state,
+            "AllocTRES": "cpu=2,mem=1000M,node=1" + (f",gres/gpu={gpus}" if gpus else ""), "gpus": gpus,
+            "Reason": reason, "Comment": comment, "Submit": str(t(submit)), "Start": str(t(start)), "End": str(t(end)),
+            "submit": t(submit), "start": t(start), "end": t(end)}
+
+
+def parse(text):
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write(text)
+    try:
+        return sc.parse_log(f.name)
+    finally:
+        os.unlink(f.name)
+
+
+class ParseTest(unittest.TestCase):
+    def test_snakemake7(self):
+        sub, run_id = parse(LOG_7)
+        self.assertIsNone(run_id)
+        self.assertEqual([(j["rule"], j["smk_jobid"], j["slurm_jobid"], j["wildcards"]) for j in sub],
+                         [("stitch", "9", "41", {"cycle": "03"}), ("qc_stitch", "23", "42", {})])
+        self.assertEqual(sc.expected_names(sub[0], run_id), ("snakejob_stitch_9", None))
+
+    def test_snakemake8_plugin(self):
+        sub, run_id = parse(LOG_8)
+        self.assertEqual(run_id, RUN_ID)
+        self.assertEqual([(j["rule"], j["slurm_jobid"]) for j in sub], [("edf", "77"), ("registration", "78")])
+        self.assertEqual(sc.expected_names(sub[0], run_id), (RUN_ID, "rule_edf_wildcards_02"))
+        self.assertEqual(sc.expected_names(sub[1], run_id), (RUN_ID, "rule_registration"))
+
+    def test_missing_rule_block(self):
+        with self.assertRaises(SystemExit):
+            parse("Job 5 has been submitted with SLURM jobid 9 (log: x).\n")
+
+
+class CheckTest(unittest.TestCase):
+    def test_plugin_names_and_expectations(self):
+        sub, run_id = parse(LOG_8)
+        rows = {"77": row("77", RUN_ID, "acct_a", "gpu", 1, 0, 1, 30, "rule_edf_wildcards_02"),
+                "78": row("78", RUN_ID, "acct_a", "gpu", 1, 31, 32, 60, "rule_registration")}
+        expect = [{"rule": "edf", "wildcards": {"cycle": 2}, "account": "acct_a", "partition": "gpu", "gpus": 1},
+                  {"rule": "registration", "account": "acct_a", "partition": "gpu", "gpus": 1}]
+        fails, _, _ = sc.check(sub, run_id, rows, {"acct_a": 3}, expect, max_gpu_jobs=1, require_gpu_peak=True)
+        self.assertEqual(fails, [])
+        rows["77"]["Comment"] = "rule_edf_wildcards_03"
+        rows["78"]["JobName"] = "snakejob_registration_1"
+        rows["78"]["Partition"] = "cpu"
+        fails, _, _ = sc.check(sub, run_id, rows, {"acct_a": 3}, expect)
+        self.assertEqual(len(fails), 3, fails)
+        self.assertTrue(any("Comment 'rule_edf_wildcards_03'" in f for f in fails), fails)
+
+    def test_gpu_jobs_in_flight(self):
+        # Three GPU jobs, two accounts: all three submitted by t=2, so 3 in flight at once although
+        # only two run together; one CPU job running beside them.
+        sub = [{"rule": "stitch", "smk_jobid": str(i), "wildcards": {"cycle": f"0{i}"}, "slurm_jobid": str(i)} for i in (1, 2, 3)]
+        sub.append({"rule": "qc_stitch", "smk_jobid": "4", "wildcards": {}, "slurm_jobid": "4"})
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 20),
+                "2": row("2", "snakejob_stitch_2", "acct_a", "gpu", 1, 1, 20, 40, reason="AssocGrpGRES"),
+                "3": row("3", "snakejob_stitch_3", "acct_b", "gpu", 1, 2, 3, 30),
+                "4": row("4", "snakejob_qc_stitch_4", "acct_a", "cpu", 0, 5, 6, 10)}
+        fails, report, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, None, max_gpu_jobs=3, require_gpu_peak=True)
+        self.assertEqual(fails, [], report)
+        self.assertTrue(any("at most 3 in flight" in l and "1 of them running beside" in l for l in report), report)
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, None, max_gpu_jobs=2)
+        self.assertEqual(fails, ["3 GPU jobs in flight at once, limit 2"])
+        # acct_a had 2 in flight with limit 1: without an AssocGrpGRES wait that is a failure.
+        rows["2"]["Reason"] = "None"
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1})
+        self.assertTrue(any("none pended on AssocGrpGRES" in f for f in fails), fails)
+        # Two acct_a jobs running at once break its limit of 1.
+        rows["2"]["start"] = rows["1"]["start"]
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1})
+        self.assertTrue(any("2 GPUs in use at once, limit 1" in f for f in fails), fails)
+
+    def test_max_concurrent(self):
+        t = lambda s: T0 + dt.timedelta(seconds=s)  # noqa: E731
+        self.assertEqual(sc.max_concurrent([(t(0), t(10)), (t(10), t(20)), (t(5), t(15))]), 2)
+        self.assertEqual(sc.max_concurrent([]), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
