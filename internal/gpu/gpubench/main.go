@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -88,6 +90,7 @@ type flags struct {
 	nz, nch    int
 	workers    int
 	batch      int
+	memBudget  int // MB
 	device     int
 	cpuCompare bool
 	dropCaches bool
@@ -104,6 +107,7 @@ func main() {
 	flag.IntVar(&f.nch, "channels", 0, "channels (0: the preset's)")
 	flag.IntVar(&f.workers, "workers", runtime.NumCPU(), "goroutines for I/O and CPU work")
 	flag.IntVar(&f.batch, "batch", 0, "planes read and fitted together by the stage (0: the stage's default)")
+	flag.IntVar(&f.memBudget, "mem-budget", 0, "host memory budget of the stage, MB (0: as the executables decide it: SLURM, cgroup, 80% of the physical memory); the issue's target is 6144")
 	flag.IntVar(&f.device, "gpu", 0, "GPU index among the visible devices")
 	flag.BoolVar(&f.cpuCompare, "cpu-compare", false, "also run the CPU reference on one plane and compare")
 	flag.BoolVar(&f.dropCaches, "drop-caches", false, "drop the page cache before the stage (cold TIFF reads; needs root)")
@@ -192,10 +196,28 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	res, err := stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers, Batch: f.batch, Logger: lg})
+	budget, budgetSrc, err := membudget.Resolve(f.memBudget, os.Getenv)
+	if err != nil {
+		return err
+	}
+	// The stage's own peak resident set: the generator's is forgotten.
+	runtime.GC()
+	debug.FreeOSMemory()
+	rssOpen := membudget.RSS()
+	peakErr := membudget.ResetPeak()
+	fmt.Printf("host memory: budget %s (%s); resident after the engine opened %s (CUDA context, libraries, staging buffers)\n",
+		membudget.Format(budget), budgetSrc, membudget.Format(rssOpen))
+	res, err := stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers, Batch: f.batch,
+		MemBudget: budget, MemBudgetSource: budgetSrc, Logger: lg})
 	if err != nil {
 		return fmt.Errorf("stitch stage: %w", err)
 	}
+	peak := membudget.PeakRSS()
+	if peakErr != nil {
+		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
+	}
+	fmt.Printf("peak host memory of the stitch stage (VmHWM): %.2f GiB; budget %.2f GiB (%s), target <= 6 GiB: %s\n",
+		float64(peak)/(1<<30), float64(budget)/(1<<30), budgetSrc, map[bool]string{true: "met", false: "NOT met"}[peak <= 6<<30])
 	ms, err := eng.MemInfo()
 	if err != nil {
 		return err
