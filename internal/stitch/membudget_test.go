@@ -24,7 +24,9 @@ import (
 // The child side of the budget tests: run by TestMemBudget* in a fresh
 // process (this test binary re-executed) so that the kernel's peak resident
 // set (VmHWM) is the stage's own. It does nothing in a normal test run.
-const childEnv = "KINTSUGI_STITCH_MEM_CHILD" // config path,budget bytes,batch,workers
+// KINTSUGI_STITCH_MEM_CHILD=config,budget bytes,batch,workers[,cpu] (cpu:
+// the real CPU engine, for measuring by hand; default the cheap fit).
+const childEnv = "KINTSUGI_STITCH_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
 	spec := os.Getenv(childEnv)
@@ -35,9 +37,13 @@ func TestMemBudgetChild(t *testing.T) {
 	budget, _ := strconv.ParseInt(f[1], 10, 64)
 	batch, _ := strconv.Atoi(f[2])
 	workers, _ := strconv.Atoi(f[3])
+	var eng Engine = cheapFit{NewCPUEngine(workers)}
+	if len(f) > 4 && f[4] == "cpu" {
+		eng = NewCPUEngine(workers)
+	}
 	cfg, err := config.Load(f[0])
 	if err == nil {
-		_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: cheapFit{NewCPUEngine(workers)}, Workers: workers,
+		_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: eng, Workers: workers,
 			Batch: batch, MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
 	}
 	if err != nil {
