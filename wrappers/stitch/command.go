@@ -23,10 +23,14 @@ type commandOptions struct {
 	ConfigPath string
 	Cycle      int
 	Workers    int // --workers (0: from the environment)
+	MemBudget  int // --mem-budget, MB (0: from the environment)
 	Logger     *slog.Logger
 	// Getenv reads the environment (SLURM_CPUS_PER_TASK, cpus_per_task);
 	// nil means os.Getenv. Tests pass their own.
 	Getenv func(string) string
+
+	budget       int64 // bytes, decided by load
+	budgetSource string
 }
 
 // runOptions are the flags of `run`.
@@ -61,6 +65,9 @@ func (o *commandOptions) load() (*config.Config, int, error) {
 		return nil, 0, err
 	}
 	o.Logger.Info("workers", "count", n, "source", src)
+	if o.budget, o.budgetSource, err = cliutil.MemBudget(o.MemBudget, getenv, o.Logger); err != nil {
+		return nil, 0, err
+	}
 	return cfg, n, nil
 }
 
@@ -79,6 +86,9 @@ func runCommand(ctx context.Context, o commandOptions, r runOptions) (err error)
 	batch := r.Batch
 	switch dev {
 	case cliutil.DeviceGPU:
+		if r.GPU < 0 {
+			return cliutil.Usagef("--gpu %d: want a device index >= 0 among the visible devices", r.GPU)
+		}
 		open := r.OpenGPU
 		if open == nil {
 			open = func(i int, d bool) (stitch.Engine, error) { return stitch.OpenGPU(i, d) }
@@ -107,7 +117,8 @@ func runCommand(ctx context.Context, o commandOptions, r runOptions) (err error)
 			}
 		}
 	}()
-	_, err = stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: o.Cycle, Engine: eng, Workers: workers, Batch: batch, Logger: o.Logger})
+	_, err = stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: o.Cycle, Engine: eng, Workers: workers, Batch: batch,
+		MemBudget: o.budget, MemBudgetSource: o.budgetSource, Logger: o.Logger})
 	return inputAsUsage(err)
 }
 
