@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/deconstage"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// TestExecutable builds kintsugi-decon and runs it as the Snakefile and
+// users do: exit codes, messages, outputs, and that a refused run writes
+// nothing.
+func TestExecutable(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kintsugi-decon")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.OutDir, o.NCycles, o.NZ = filepath.Join(dir, "p"), 1, 2
+	cfgPath := filepath.Join(o.OutDir, "config.yaml")
+	os.MkdirAll(o.OutDir, 0o755)
+	if err := synth.WriteConfig(cfgPath, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := deconstage.InputDir(o.OutDir, 1)
+	var pages []*raster.Gray16
+	for _, ch := range cfg.Channels {
+		k, _, err := deconstage.Kernel(cfg, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := decon.NewScene(uint64(ch), 2, 30, 36, k, 3)
+		os.MkdirAll(filepath.Join(in, fmt.Sprintf("CH%d", ch)), 0o755)
+		for z := 0; z < 2; z++ {
+			pg := &raster.Gray16{W: 36, H: 30, Pix: decon.Quantize(nil, sc.Noisy.Plane(z))}
+			if err := tiffio.WriteGray16(filepath.Join(in, fmt.Sprintf("CH%d", ch), fmt.Sprintf("%02d.tif", z+1)), pg); err != nil {
+				t.Fatal(err)
+			}
+			if ch == 1 {
+				pages = append(pages, pg)
+			}
+		}
+	}
+	stack := filepath.Join(dir, "stack.tif")
+	if err := tiffio.WriteGray16Pages(stack, pages); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := filepath.Join(in, ".snakemake_complete")
+	out := deconstage.OutDir(o.OutDir, 1)
+	tileOut := filepath.Join(dir, "tile.tif")
+	cases := []struct {
+		name  string
+		env   []string
+		args  []string
+		code  int
+		want  string
+		check func(t *testing.T)
+	}{
+		{"no stitch sentinel", nil, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu"}, 2, ".snakemake_complete", nil},
+		{"missing config", nil, []string{"run", "-c", dir + "/nope.yaml", "--cycle", "1", "--device", "cpu"}, 2, "nope.yaml", nil},
+		{"bad device", nil, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "tpu"}, 2, "--device", nil},
+		{"gpu without cuda", nil, []string{"run", "-c", cfgPath, "--cycle", "1"}, 2, "built without CUDA support", nil},
+		{"bad cycle", nil, []string{"run", "-c", cfgPath, "--cycle", "7", "--device", "cpu"}, 2, "--cycle 7", nil},
+		{"bad workers env", []string{"SLURM_CPUS_PER_TASK=many"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu"}, 2, "SLURM_CPUS_PER_TASK", nil},
+		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu", "--log-format", "text"}, 0, "channel deconvolved", func(t *testing.T) {
+			for _, ch := range cfg.Channels {
+				for k := 1; k <= 2; k++ {
+					img, err := tiffio.ReadGray16(filepath.Join(out, fmt.Sprintf("CH%d", ch), fmt.Sprintf("deconv_%03d.tif", k)))
+					if err != nil || img.W != 36 || img.H != 30 {
+						t.Errorf("channel %d plane %d: %v", ch, k, err)
+					}
+				}
+			}
+			if _, err := os.Stat(filepath.Join(out, "DECONV_parameters.txt")); err != nil {
+				t.Error(err)
+			}
+		}},
+		{"tile", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--device", "cpu"}, 0, "tile deconvolved", func(t *testing.T) {
+			pg, err := tiffio.ReadGray16Pages(tileOut)
+			if err != nil || len(pg) != 2 {
+				t.Fatalf("tile output: %v, %d pages", err, len(pg))
+			}
+			// the same as the stage's channel 1 (same PSF, settings, data)
+			for k := 0; k < 2; k++ {
+				st, _ := tiffio.ReadGray16(filepath.Join(out, "CH1", fmt.Sprintf("deconv_%03d.tif", k+1)))
+				for i := range st.Pix {
+					if st.Pix[i] != pg[k].Pix[i] {
+						t.Fatalf("tile plane %d differs from the stage's output at %d", k+1, i)
+					}
+				}
+			}
+		}},
+		{"tile directory", nil, []string{"tile", "-c", cfgPath, "--in", filepath.Join(in, "CH1"), "--out", tileOut, "--channel", "1", "--device", "cpu"}, 0, "tile deconvolved", nil},
+		{"tile bad channel", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "9", "--device", "cpu"}, 2, "--channel 9", nil},
+		{"tile missing input", nil, []string{"tile", "-c", cfgPath, "--in", dir + "/none.tif", "--out", tileOut, "--channel", "1", "--device", "cpu"}, 2, "none.tif", nil},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if i == 1 { // after the first case, the stitch sentinel exists
+				os.WriteFile(sentinel, []byte("stage=stitch\n"), 0o644)
+			}
+			cmd := exec.Command(bin, tc.args...)
+			cmd.Env = append(os.Environ(), "KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=")
+			cmd.Env = append(cmd.Env, tc.env...)
+			msg, err := cmd.CombinedOutput()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.code || !strings.Contains(string(msg), tc.want) {
+				t.Fatalf("exit %d (want %d), output lacks %q:\n%s", code, tc.code, tc.want, msg)
+			}
+			_, statErr := os.Stat(filepath.Join(out, ".snakemake_complete"))
+			if tc.args[0] == "run" && (tc.code == 0) != (statErr == nil) {
+				t.Errorf("decon sentinel present = %v after exit %d", statErr == nil, code)
+			}
+			if tc.check != nil {
+				tc.check(t)
+			}
+		})
+	}
+}
