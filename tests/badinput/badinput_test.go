@@ -343,7 +343,11 @@ func TestBadInputs(t *testing.T) {
 	var table strings.Builder
 	table.WriteString("| executable | bad input | exit | message names |\n|---|---|---|---|\n")
 	for i, tc := range cases {
-		fmt.Fprintf(&table, "| kintsugi-%s | %s | %d | `%s` |\n", tc.exe, tc.kind, tc.code, tc.want)
+		show := "`" + tc.want + "`"
+		if tc.code == 4 {
+			show = "`pid <holder's pid>`, its SLURM job, host and lock file"
+		}
+		fmt.Fprintf(&table, "| kintsugi-%s | %s | %d | %s |\n", tc.exe, tc.kind, tc.code, show)
 		bin, ok := bins[tc.exe]
 		if !ok {
 			continue
