@@ -140,16 +140,19 @@ resources: {accounts: [{name: a, gpu_slots: 1}]}
 					g = blur(sc)
 				}
 				if c == 1 && ch == 2 && z == 1 {
-					// Zeros and saturated pixels in a known corner: 10 x 8 zeros, 6 x 5 at 65000.
+					// Zeros and saturated pixels in known corners: 10 x 8 zeros, 6 x 5 at 64000 (and 6 at 63999).
 					g = clone(g)
 					for y := 0; y < 8; y++ {
 						for x := 0; x < 10; x++ {
 							g.Pix[y*W+x] = 0
 						}
 					}
-					for y := 70; y < 75; y++ {
+					for y := 70; y < 76; y++ {
 						for x := 80; x < 86; x++ {
-							g.Pix[y*W+x] = 65000
+							g.Pix[y*W+x] = 64000 // exactly the saturation level: counts
+							if y == 75 {
+								g.Pix[y*W+x] = 63999 // one below: does not count
+							}
 						}
 					}
 				}
