@@ -26,7 +26,9 @@ import (
 // Measured on one H200 (gpubench -stage edf, 20 x 7493 x 12676 uint16 per
 // channel, variance, the original's parameters): quality gate 0.001 s,
 // processing 0.269 s per channel (the original: 4.4 + 7.8 s), upload
-// 0.14 s (27 GB/s), download 0.014 s, peak device memory 6.0 GiB.
+// 0.14 s (27 GB/s), download 0.014 s, peak device memory 6.0 GiB; the
+// wavelet method (5 levels) 0.31 s processing, 10.6 GiB peak. On a
+// 384 x 384 crop both methods' index maps equal the CPU's at every pixel.
 func (e *Engine) EDF(ctx context.Context, planes []*raster.Gray16, g edf.Gate, p edf.Params) (*edf.Result, error) {
 	res, _, err := e.EDFTimed(ctx, planes, g, p, false)
 	return res, err
