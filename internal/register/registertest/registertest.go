@@ -40,6 +40,12 @@ const (
 	// MappingRMSTol: the bound on the RMS error of the recovered
 	// mapping over tissue, px.
 	MappingRMSTol = 0.5
+	// NonRigidRMSTol: the bound of the suite's own non-rigid cycles (512 x
+	// 640 px, level 2, warps up to 4 px), tighter than the to catch
+	// regressions: measured 0.30 and 0.32 px on the CPU and the GPU; a
+	// field update that forgets the level factor in one axis gives 0.42 and
+	// 0.46 px.
+	NonRigidRMSTol = 0.4
 )
 
 // Run runs the suite on impl.
@@ -344,8 +350,8 @@ func testNonRigid(t *testing.T, impl register.Backend) {
 	runCycles(t, impl, o, smallParams(), []int{2, 3}, func(c int, tr *synth.RegCycleTruth, res *register.Result, e accuracy.MappingError) {
 		m := res.Metrics
 		t.Logf("cycle %d: RMS %.3f px (before %.1f), NCC %.3f -> %.3f -> %.3f, Jacobian min %.3f, %d/%d blocks", c, e.RMSAfter, e.RMSBefore, m.NCCBefore, m.NCCRigid, m.NCCNonRigid, m.JacobianMin, m.NRBlocksUsed, m.NRBlocks)
-		if !(e.RMSAfter <= MappingRMSTol) {
-			t.Errorf("cycle %d: RMS error %.3f px > %.2f", c, e.RMSAfter, MappingRMSTol)
+		if !(e.RMSAfter <= NonRigidRMSTol) {
+			t.Errorf("cycle %d: RMS error %.3f px > %.2f", c, e.RMSAfter, NonRigidRMSTol)
 		}
 		if res.Mapping.Field == nil || m.NonRigidDropped {
 			t.Errorf("cycle %d: no field", c)
