@@ -6,16 +6,22 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
 // The registration benchmark: cycles of H x W uint16 EDF images with
@@ -35,9 +41,16 @@ import (
 // total and per-step times (downsampling, block phase correlation, warp,
 // host work), peak GPU memory, and per cycle the RMS error of the
 // recovered mapping over tissue against the truth.
+//
+// With -reg-io the generated cycles are also written as a project's EDF
+// outputs under -dir (uint16 TIFFs, config.yaml, sentinels) and the real
+// stage (regstage.Run on the GPU: TIFF reads, registration, warps, TIFF
+// writes, transforms, QC, the pyramidal OME-TIFF) runs on them; its wall
+// time, with the I/O, is printed separately.
 var regFlags struct {
 	h, w, cycles, channels int
 	shift, rot, warp       float64
+	io                     bool
 }
 
 func init() {
@@ -49,6 +62,56 @@ func init() {
 	flag.Float64Var(&regFlags.shift, "reg-shift", 100, "register: largest translation per axis, px")
 	flag.Float64Var(&regFlags.rot, "reg-rot", 1, "register: largest rotation, degrees")
 	flag.Float64Var(&regFlags.warp, "reg-warp", 5, "register: largest non-rigid displacement, px")
+	flag.BoolVar(&regFlags.io, "reg-io", false, "register: also write the cycles as a project in -dir and time the whole stage with TIFF I/O (needs ~30 GB)")
+}
+
+// regProject is the project -reg-io writes.
+type regProject struct {
+	dir    string
+	cfg    *config.Config
+	wrote  time.Duration
+	nBytes int64
+}
+
+func newRegProject(dir string, cycles, channels int) (*regProject, error) {
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		return nil, err
+	}
+	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, cycles, channels, nil
+	path := synth.ConfigPath(dir)
+	if err := synth.WriteConfig(path, o, nil); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return &regProject{dir: dir, cfg: cfg}, nil
+}
+
+// write writes one cycle's EDF images and sentinel.
+func (p *regProject) write(ctx context.Context, cycle int, imgs []*raster.Gray16, workers int) error {
+	t0 := time.Now()
+	d := regstage.EDFDir(p.dir, cycle)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	err := par.ForEach(ctx, len(imgs), workers, func(i int) error {
+		return tiffio.WriteGray16(filepath.Join(d, p.cfg.EDFFileName(cycle, i+1)), imgs[i])
+	})
+	if err != nil {
+		return err
+	}
+	for _, g := range imgs {
+		p.nBytes += int64(len(g.Pix)) * 2
+	}
+	p.wrote += time.Since(t0)
+	return os.WriteFile(filepath.Join(d, ".snakemake_complete"), []byte("stage=edf\n"), 0o644)
 }
 
 // timedBackend sums the wall time of each Backend method.
@@ -112,13 +175,28 @@ func runRegister(ctx context.Context, f flags) error {
 		return err
 	}
 
+	var proj *regProject
+	if rf.io {
+		if proj, err = newRegProject(f.dir, rf.cycles, rf.channels); err != nil {
+			return err
+		}
+		if !f.keep {
+			defer os.RemoveAll(f.dir)
+		}
+	}
 	var gen, total time.Duration
 	tg := time.Now()
 	ref, _, err := sc.RenderCycle(ctx, 1)
 	if err != nil {
 		return err
 	}
+	ref = moreChannels(ctx, ref, rf.channels, f.workers)
 	gen += time.Since(tg)
+	if proj != nil {
+		if err := proj.write(ctx, 1, ref, f.workers); err != nil {
+			return err
+		}
+	}
 	ts := time.Now()
 	R, err := register.NewReference(ctx, tb, ref[0], p)
 	if err != nil {
@@ -140,19 +218,13 @@ func runRegister(ctx context.Context, f flags) error {
 		if err != nil {
 			return err
 		}
-		for len(imgs) < rf.channels {
-			src := imgs[len(imgs)-1]
-			g := raster.NewGray16(src.W, src.H)
-			key := uint16(0x5a5a + 0x1111*len(imgs))
-			par.ForEach(ctx, src.H, f.workers, func(y int) error {
-				for x, v := range src.Pix[y*src.W : (y+1)*src.W] {
-					g.Pix[y*src.W+x] = v ^ key
-				}
-				return nil
-			})
-			imgs = append(imgs, g)
-		}
+		imgs = moreChannels(ctx, imgs, rf.channels, f.workers)
 		gen += time.Since(tg)
+		if proj != nil {
+			if err := proj.write(ctx, c, imgs, f.workers); err != nil {
+				return err
+			}
+		}
 		ts := time.Now()
 		res, err := register.Register(ctx, tb, R, imgs[0], p)
 		if err != nil {
@@ -192,5 +264,47 @@ func runRegister(ctx context.Context, f flags) error {
 	fmt.Printf("peak GPU memory: %.2f GiB in use on the device (this engine's pool peak %.2f GiB; %.1f GiB total)\n",
 		float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30), float64(ms.Total)/(1<<30))
 	fmt.Printf("worst per-cycle RMS error of the mapping over tissue: %.3f px (bound 0.5 px)\n", worst)
+	if proj == nil {
+		return nil
+	}
+	fmt.Printf("\nproject written for the stage run: %.1f GB of EDF TIFFs in %.1f s (%s)\n", float64(proj.nBytes)/1e9, proj.wrote.Seconds(), f.dir)
+	if err := eng.ResetPeak(); err != nil {
+		return err
+	}
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t1 := time.Now()
+	res, err := regstage.Run(ctx, regstage.Options{Config: proj.cfg, Backend: eng.Registrar(), Workers: f.workers, Logger: lg, Device: "gpu"})
+	if err != nil {
+		return fmt.Errorf("registration stage: %w", err)
+	}
+	stage := time.Since(t1)
+	var outBytes int64
+	filepath.Walk(res.OutDir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			outBytes += fi.Size()
+		}
+		return nil
+	})
+	ms, _ = eng.MemInfo()
+	fmt.Printf("whole stage (regstage.Run, GPU): %.1f s with TIFF I/O (read %.1f GB, wrote %.1f GB incl. the OME-TIFF); peak GPU memory %.2f GiB\n",
+		stage.Seconds(), float64(proj.nBytes)/1e9, float64(outBytes)/1e9, float64(ms.DevicePeak)/(1<<30))
 	return nil
+}
+
+// moreChannels appends cheap byte-permuted copies of the last channel up to
+// n channels (see the benchmark's comment).
+func moreChannels(ctx context.Context, imgs []*raster.Gray16, n, workers int) []*raster.Gray16 {
+	for len(imgs) < n {
+		src := imgs[len(imgs)-1]
+		g := raster.NewGray16(src.W, src.H)
+		key := uint16(0x5a5a + 0x1111*len(imgs))
+		par.ForEach(ctx, src.H, workers, func(y int) error {
+			for x, v := range src.Pix[y*src.W : (y+1)*src.W] {
+				g.Pix[y*src.W+x] = v ^ key
+			}
+			return nil
+		})
+		imgs = append(imgs, g)
+	}
+	return imgs
 }
