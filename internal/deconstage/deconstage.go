@@ -53,6 +53,14 @@ type Engine interface {
 	Close() error
 }
 
+// Gray16Engine is an Engine that also rounds to uint16 itself (the GPU,
+// which then copies half the bytes back); the result equals
+// decon.Quantize of Deconvolve's.
+type Gray16Engine interface {
+	Engine
+	DeconvolveGray16(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params) ([]*raster.Gray16, decon.Stats, error)
+}
+
 // CPUEngine is the reference engine (decon.CPU on Workers goroutines).
 type CPUEngine struct {
 	decon.CPU
@@ -304,6 +312,33 @@ func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st 
 	return out, s, k, info, err
 }
 
+// deconvolvePages is Deconvolve rounded to uint16 planes, on the device
+// when the engine can.
+func deconvolvePages(ctx context.Context, eng Engine, cfg *config.Config, ch int, st *raster.Stack, cpu bool, workers int) ([]*raster.Gray16, decon.Stats, *psf.Kernel, psf.Info, error) {
+	g, ok := eng.(Gray16Engine)
+	if !ok {
+		out, s, k, info, err := Deconvolve(ctx, eng, cfg, ch, st, cpu, workers)
+		if err != nil {
+			return nil, s, k, info, err
+		}
+		return ToPages(out), s, k, info, nil
+	}
+	p, err := Params(cfg)
+	if err != nil {
+		return nil, decon.Stats{}, nil, psf.Info{}, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	k, info, err := Kernel(cfg, ch)
+	if err != nil {
+		return nil, decon.Stats{}, nil, info, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	p.Workers = workers
+	pages, s, err := g.DeconvolveGray16(ctx, st, k, p)
+	if errors.Is(err, decon.ErrInput) {
+		err = fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	return pages, s, k, info, err
+}
+
 // Run deconvolves one cycle.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
@@ -356,7 +391,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		c.ReadSec = time.Since(t0).Seconds()
 		t1 := time.Now()
-		out, s, k, info, err := Deconvolve(ctx, o.Engine, cfg, ch, st, o.CPU, workers)
+		pages, s, k, info, err := deconvolvePages(ctx, o.Engine, cfg, ch, st, o.CPU, workers)
 		if err != nil {
 			if errors.Is(err, ErrInput) {
 				return nil, fmt.Errorf("channel %d (%s): %w", ch, filepath.Dir(ins[i].paths[0]), err)
@@ -371,9 +406,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err := os.MkdirAll(chDir, 0o755); err != nil {
 			return nil, err
 		}
-		if err := par.ForEach(ctx, out.N, workers, func(z int) error {
-			pg := &raster.Gray16{W: out.W, H: out.H, Pix: decon.Quantize(nil, out.Plane(z))}
-			return tiffio.WriteGray16(filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)), pg)
+		if err := par.ForEach(ctx, len(pages), workers, func(z int) error {
+			return tiffio.WriteGray16(filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)), pages[z])
 		}); err != nil {
 			return nil, fmt.Errorf("channel %d: write: %w", ch, err)
 		}

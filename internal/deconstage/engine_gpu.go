@@ -39,3 +39,8 @@ func (g *GPUEngine) MemInfo() (gpu.MemStats, error) { return g.e.MemInfo() }
 func (g *GPUEngine) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params) (*raster.Stack, decon.Stats, error) {
 	return g.d.Deconvolve(ctx, in, k, p)
 }
+
+// DeconvolveGray16 deconvolves and rounds on the device (see Gray16Engine).
+func (g *GPUEngine) DeconvolveGray16(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params) ([]*raster.Gray16, decon.Stats, error) {
+	return g.e.DeconvolveGray16(ctx, in, k, p)
+}

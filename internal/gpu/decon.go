@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/mumax/3/cuda/cu"
 
@@ -109,6 +110,45 @@ func (dc *Decon) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel
 	return out, st, err
 }
 
+// DeconvolveGray16 is Deconvolve followed by decon.Quantize, rounded on the
+// device so that half the bytes come back (the stage's output form).
+func (e *Engine) DeconvolveGray16(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params) ([]*raster.Gray16, decon.Stats, error) {
+	if err := p.Validate(); err != nil {
+		return nil, decon.Stats{}, err
+	}
+	if err := k.Check(); err != nil {
+		return nil, decon.Stats{}, err
+	}
+	din, err := e.UploadStack(ctx, in)
+	if err != nil {
+		return nil, decon.Stats{}, err
+	}
+	defer e.FreeStack(din)
+	dout, st, err := e.DeconvolveDevice(ctx, din, k, p)
+	if err != nil {
+		return nil, st, err
+	}
+	defer e.FreeStack(dout)
+	pages := make([]*raster.Gray16, dout.N)
+	for z := range pages {
+		pages[z] = raster.NewGray16(dout.W, dout.H)
+	}
+	err = e.do(ctx, "decon download uint16", func() error {
+		n := dout.len()
+		q := e.alloc(n * 2)
+		defer e.release(q)
+		e.launch("decon_quantize", grid1(n), q, dout.ptr, n)
+		segs := make([]hostSeg, len(pages))
+		plane := int64(dout.H) * int64(dout.W) * 2
+		for z, pg := range pages {
+			segs[z] = hostSeg{host: unsafe.Pointer(&pg.Pix[0]), dev: q + cu.DevicePtr(int64(z)*plane), n: plane}
+		}
+		e.download(segs)
+		return nil
+	})
+	return pages, st, err
+}
+
 // DeconvolveDevice is the device-buffer form: in stays on the device; the
 // result (counts, before rounding; |RL| with p.NoScale) is a new DevStack.
 func (e *Engine) DeconvolveDevice(ctx context.Context, in *DevStack, k *psf.Kernel, p decon.Params) (*DevStack, decon.Stats, error) {
@@ -155,16 +195,21 @@ func deconTileFloats(k *psf.Kernel) int {
 // deconConv launches dst = conv(src, k) on a (nz, ny, nx) volume with the
 // epilogue mode (0 plain, 1 aux/max(s, eps), 2 s*aux, 3 s*aux and the stop
 // rule's sum into sums with plane weights wz). Kernels 1..15 wide run the
-// compile-time specialisations (decon_conv_kN: 8 outputs per thread from
-// registers); others the generic decon_conv (no mode 3).
+// compile-time specialisations (decon_conv_kN_zB: 8 outputs per thread from
+// registers, B = 4 output planes per block for 3D kernels); others the
+// generic decon_conv (no mode 3).
 func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx, mode int, aux, wz, sums cu.DevicePtr) {
 	if deconFixed(k) {
 		const cpt = 8
 		nv := (cpt + k.NX - 1 + 3) / 4
 		tw := deconCBX*cpt + 4*nv - cpt
-		d := dim{gx: (nx + deconCBX*cpt - 1) / (deconCBX * cpt), gy: (ny + deconCBY - 1) / deconCBY, gz: nz,
+		zb := 1 // output planes per block: a 3D kernel's source tiles serve 4 planes
+		if k.NZ > 1 {
+			zb = 4
+		}
+		d := dim{gx: (nx + deconCBX*cpt - 1) / (deconCBX * cpt), gy: (ny + deconCBY - 1) / deconCBY, gz: (nz + zb - 1) / zb,
 			bx: deconCBX, by: deconCBY, bz: 1, shmem: tw * (deconCBY + k.NY - 1) * 4}
-		e.launch(fmt.Sprintf("decon_conv_k%d", k.NX), d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
+		e.launch(fmt.Sprintf("decon_conv_k%d_z%d", k.NX, zb), d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
 		return
 	}
 	if mode == 3 {

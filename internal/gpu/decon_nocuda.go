@@ -35,6 +35,11 @@ func (*Engine) DeconvolveDevice(context.Context, *DevStack, *psf.Kernel, decon.P
 	return nil, decon.Stats{}, ErrNoCUDA
 }
 
+// DeconvolveGray16 returns ErrNoCUDA.
+func (*Engine) DeconvolveGray16(context.Context, *raster.Stack, *psf.Kernel, decon.Params) ([]*raster.Gray16, decon.Stats, error) {
+	return nil, decon.Stats{}, ErrNoCUDA
+}
+
 type noDecon struct{}
 
 func (noDecon) Deconvolve(context.Context, *raster.Stack, *psf.Kernel, decon.Params) (*raster.Stack, decon.Stats, error) {

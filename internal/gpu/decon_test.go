@@ -74,5 +74,18 @@ func TestDeconVsCPU(t *testing.T) {
 		if d > c.tol*m {
 			t.Errorf("%s: GPU differs from the CPU by %g (max %g, tolerance %g relative)", c.name, d, m, c.tol)
 		}
+		// the stage's form: rounded on the device, as decon.Quantize
+		pages, _, err := testEngine.DeconvolveGray16(context.Background(), sc.Noisy, c.k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for z, pg := range pages {
+			q := decon.Quantize(nil, got.Plane(z))
+			for i := range q {
+				if pg.Pix[i] != q[i] {
+					t.Fatalf("%s: DeconvolveGray16 plane %d pixel %d = %d, Quantize %d", c.name, z, i, pg.Pix[i], q[i])
+				}
+			}
+		}
 	}
 }

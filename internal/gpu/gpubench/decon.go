@@ -145,6 +145,16 @@ func runDecon(ctx context.Context, f flags) error {
 		fmt.Printf("  %-10s ch %d PSF %-7s (x,y,z): device %.3f s (%d iterations, %.1f ms/iteration incl. pad+percentile+scale; stopped %v, padded %v, windows %d), upload %.2f s, download %.2f s, peak GPU %.1f GiB (pool %.1f GiB), lo/hi %.4g/%.4g, generate %.1f s\n",
 			j.name, j.ch, j.k, dev, s.Iterations, 1000*dev/float64(s.Iterations), s.Stopped, s.Padded, s.Chunks, up, down,
 			float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30), s.Lo, s.Hi, gen)
+		if j.ch == 1 {
+			// the stage's form: host stack in, uint16 planes out (upload,
+			// device, rounding on the device, download), no TIFF I/O
+			t4 := time.Now()
+			pages, _, err := eng.DeconvolveGray16(ctx, st, j.k, p)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("  %-10s ch %d stage form (host float32 in, uint16 planes out, no TIFF I/O): %.3f s for %d planes\n", j.name, j.ch, time.Since(t4).Seconds(), len(pages))
+		}
 		if j.name == "lightsheet" {
 			sumLS += dev
 			nLS++

@@ -132,12 +132,15 @@ extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __re
 }
 
 // conv_fixed is decon_conv for a kernel KX wide (compile time), each thread
-// computing CPT2 contiguous outputs along x from a register copy of its
-// tile row segment (vector loads), the kernel row in registers; the same
-// sums in the same order. Mode 3 is mode 2 plus the stop rule's sum
-// sums[0] += w[z]*(aux - dst)^2 (RL without windows: cur = y = aux).
+// computing CPT2 contiguous outputs along x in ZB consecutive planes, from a
+// register copy of its tile row segment (vector loads); each source plane's
+// tile is loaded once for the ZB output planes. Every output gets the same
+// sums in the same order as decon.Conv (kernel plane a ascending, i.e.
+// source plane descending, then rows, then columns). Mode 3 is mode 2 plus
+// the stop rule's sum sums[0] += w[z]*(aux - dst)^2 (RL without windows:
+// cur = y = aux).
 #define CPT2 8
-template <int KX>
+template <int KX, int ZB>
 __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float* __restrict__ src, const float* __restrict__ k,
     int kz, int ky, int nz, int ny, int nx, int mode, const float* __restrict__ aux, float eps, const double* __restrict__ wz, double* sums)
 {
@@ -148,15 +151,17 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
     const int NV = (NR + 3) / 4;      // float4 loads
     const int TW = CBX * CPT2 + 4 * NV - CPT2; // >= CBX*CPT2 + KX - 1, multiple of 4
     const int TH = CBY + ky - 1;
-    const int x0 = blockIdx.x * CBX * CPT2, y0 = blockIdx.y * CBY, z = blockIdx.z;
+    const int x0 = blockIdx.x * CBX * CPT2, y0 = blockIdx.y * CBY, z0 = blockIdx.z * ZB;
     const int lx = threadIdx.x, ly = threadIdx.y;
     const int tid = ly * CBX + lx;
-    float s[CPT2];
+    float s[ZB][CPT2];
 #pragma unroll
-    for (int j = 0; j < CPT2; j++)
-        s[j] = 0.0f;
-    for (int a = 0; a < kz; a++) {
-        int sz = z + cz - a;
+    for (int o = 0; o < ZB; o++)
+#pragma unroll
+        for (int j = 0; j < CPT2; j++)
+            s[o][j] = 0.0f;
+    // source planes from the highest (a = 0 of the last output plane) down
+    for (int sz = z0 + ZB - 1 + cz; sz >= z0 - cz; sz--) {
         if (sz < 0 || sz >= nz)
             continue; // uniform over the block
         __syncthreads();
@@ -178,21 +183,31 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
                 r[4 * v + 2] = q.z;
                 r[4 * v + 3] = q.w;
             }
-            const float* kr = k + ((i64)a * ky + b) * KX;
 #pragma unroll
-            for (int c = 0; c < KX; c++) {
-                float kv = __ldg(kr + c);
+            for (int o = 0; o < ZB; o++) {
+                int a = z0 + o + cz - sz;
+                if (a < 0 || a >= kz)
+                    continue;
+                const float* kr = k + ((i64)a * ky + b) * KX;
 #pragma unroll
-                for (int j = 0; j < CPT2; j++) {
-                    float p = kv * r[j + 2 * cx - c];
-                    s[j] = s[j] + p;
+                for (int c = 0; c < KX; c++) {
+                    float kv = __ldg(kr + c);
+#pragma unroll
+                    for (int j = 0; j < CPT2; j++) {
+                        float p = kv * r[j + 2 * cx - c];
+                        s[o][j] = s[o][j] + p;
+                    }
                 }
             }
         }
     }
     int y = y0 + ly;
     double part = 0;
-    if (y < ny) {
+#pragma unroll
+    for (int o = 0; o < ZB; o++) {
+        int z = z0 + o;
+        if (y >= ny || z >= nz)
+            continue;
         double wv = mode == 3 ? wz[z] : 0.0;
 #pragma unroll
         for (int j = 0; j < CPT2; j++) {
@@ -200,7 +215,7 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
             if (x >= nx)
                 continue;
             i64 i = ((i64)z * ny + y) * nx + x;
-            float v = s[j];
+            float v = s[o][j];
             if (mode == 1) {
                 float d = v < eps ? eps : v;
                 v = aux[i] / d;
@@ -217,7 +232,6 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
     }
     if (mode == 3) {
         __shared__ double scratch[32];
-        // block_sum needs a 1-D thread index: flatten
         int t = threadIdx.y * blockDim.x + threadIdx.x;
         for (int o = 16; o > 0; o >>= 1)
             part += __shfl_down_sync(0xffffffffu, part, o);
@@ -234,20 +248,22 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
     }
 }
 
-#define CONV_FIXED(KX)                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(CBX * CBY) decon_conv_k##KX(float* dst, const float* src, const float* k,  \
-        int kz, int ky, int nz, int ny, int nx, int mode, const float* aux, float eps, const double* wz, double* sums)         \
+#define CONV_FIXED(KX, ZB)                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(CBX * CBY) decon_conv_k##KX##_z##ZB(float* dst, const float* src,         \
+        const float* k, int kz, int ky, int nz, int ny, int nx, int mode, const float* aux, float eps, const double* wz,      \
+        double* sums)                                                                                                           \
     {                                                                                                                           \
-        conv_fixed<KX>(dst, src, k, kz, ky, nz, ny, nx, mode, aux, eps, wz, sums);                                              \
+        conv_fixed<KX, ZB>(dst, src, k, kz, ky, nz, ny, nx, mode, aux, eps, wz, sums);                                          \
     }
-CONV_FIXED(1)
-CONV_FIXED(3)
-CONV_FIXED(5)
-CONV_FIXED(7)
-CONV_FIXED(9)
-CONV_FIXED(11)
-CONV_FIXED(13)
-CONV_FIXED(15)
+#define CONV_FIXED_Z(KX) CONV_FIXED(KX, 1) CONV_FIXED(KX, 4)
+CONV_FIXED_Z(1)
+CONV_FIXED_Z(3)
+CONV_FIXED_Z(5)
+CONV_FIXED_Z(7)
+CONV_FIXED_Z(9)
+CONV_FIXED_Z(11)
+CONV_FIXED_Z(13)
+CONV_FIXED_Z(15)
 
 // decon_damp: a = oml*(a*y) + l*b (the damped update; oml = 1 - l in float32).
 extern "C" __global__ void decon_damp(float* a, const float* y, const float* b, float oml, float l, i64 n)
