@@ -83,6 +83,7 @@ func newRegProject(dir string, cycles, channels int) (*regProject, error) {
 		return nil, err
 	}
 	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, cycles, channels, nil
+	o.BlankFirstCycle = false // one marker name per channel (a blank cycle 1 names channels 2.. all "Blank")
 	path := synth.ConfigPath(dir)
 	if err := synth.WriteConfig(path, o, nil); err != nil {
 		return nil, err
