@@ -76,6 +76,9 @@ const (
 	MaxPadFrac = 0.02
 )
 
+// MinSidePx is the smallest image side registration accepts.
+const MinSidePx = 64
+
 // NCCTolerance is how much lower than before a cycle's final DAPI NCC may
 // be before the cycle is refused (rounding only: any real loss fails).
 const NCCTolerance = 1e-4
@@ -183,6 +186,9 @@ func checkSizes(cycles []cycleInput) (h, w int, err error) {
 			}
 			if info.BitsPerSample != 16 || info.SampleFormat == 3 || info.SamplesPerPixel != 1 {
 				return 0, 0, inputf("%s: %d-bit, sample format %d, %d samples per pixel: want single-channel uint16", p, info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
+			}
+			if info.Height < MinSidePx || info.Width < MinSidePx {
+				return 0, 0, inputf("%s is %d x %d (w x h): registration needs at least %d px per side", p, info.Width, info.Height, MinSidePx)
 			}
 			all = append(all, sz{p, info.Height, info.Width})
 			h, w = max(h, info.Height), max(w, info.Width)

@@ -240,6 +240,14 @@ func TestBadInput(t *testing.T) {
 		wantInput(t, err, p, "padding")
 		noOutput(t, cfg)
 	})
+	t.Run("too small", func(t *testing.T) {
+		cfg, _ := project(t, 2)
+		p := filepath.Join(EDFDir(cfg.ProjectDir, 1), cfg.EDFFileName(1, 2))
+		tiffio.WriteGray16(p, raster.NewGray16(testW, 20))
+		_, err := run(cfg, be)
+		wantInput(t, err, p, "at least")
+		noOutput(t, cfg)
+	})
 	t.Run("worse than before", func(t *testing.T) {
 		// Cycle 2 = cycle 1 (aligned from the start); the broken backend
 		// moves it away.
