@@ -13,11 +13,7 @@ import (
 
 // padSize returns the padded size of two images under the padding rule.
 func padSize(paths ...string) (int, int, error) {
-	ci := cycleInput{}
-	for _, p := range paths {
-		ci.files = append(ci.files, p)
-	}
-	return checkSizes([]cycleInput{ci})
+	return checkSizes([]cycleInput{{files: paths}})
 }
 
 // Pair registers one image to another (kintsugi-register pair): fixed and
@@ -59,7 +55,7 @@ func Pair(ctx context.Context, be register.Backend, p register.Params, fixed, mo
 	if err := writeGray16(filepath.Join(out, filepath.Base(moving)), warped[0]); err != nil {
 		return r, err
 	}
-	if err := writeTransformAs(out, r, h, w); err != nil {
+	if err := WriteTransform(out, "", r, h, w); err != nil {
 		return r, err
 	}
 	if err := writeJSON(filepath.Join(out, "metrics.json"), struct {
@@ -70,14 +66,6 @@ func Pair(ctx context.Context, be register.Backend, p register.Params, fixed, mo
 		return r, err
 	}
 	return r, writeOverlay(filepath.Join(out, "overlay.png"), overlayLevel(f, w, h), overlayLevel(warped[0], w, h))
-}
-
-// writeTransformAs writes transform.json, field_dy.tif and field_dx.tif.
-func writeTransformAs(dir string, r *register.Result, h, w int) error {
-	if err := WriteTransform(dir, "", r, h, w); err != nil {
-		return err
-	}
-	return nil
 }
 
 // Apply re-applies a saved transform to one uint16 image (padded to the
