@@ -27,9 +27,9 @@
 #      positions, content), deconvolved stacks, marker-named EDF planes, registered planes (all of the
 #      reference size), registered.ome.tif; registration improved the DAPI NCC of every cycle
 #      (recomputed here with numpy); stitching accuracy against the synthetic truth (kintsugi-accuracy);
-#   8. runs `snakemake all`: only the four QC jobs, on the CPU partition of the helper's CPU
-#      assignment, without GPUs; checks their outputs (sentinels, metrics JSON against tifffile's
-#      numbers, every PNG decoded);
+#   8. runs `snakemake all --forcerun registration`: the four QC jobs, on the CPU partition of the
+#      helper's CPU assignment, without GPUs, running beside the (repeated) GPU registration job;
+#      checks their outputs (sentinels, metrics JSON against tifffile's numbers, every PNG decoded);
 #   9. `snakemake validate` passes, and fails listing a marker-named EDF file that was moved away.
 # Failures print the worst value and where. About 10 min on 2 cores.
 #
@@ -210,14 +210,16 @@ done
 say "dry runs: overrides, errors and targets checked"
 
 # ---- 5. the workflow through SLURM -----------------------------------------------------------------------
-run_snakemake() { # $1 target, $2 log
-  say "snakemake $1 --profile profiles/slurm (log $2)"
-  if ! timeout -k 30 "$SNAKEMAKE_TIMEOUT" snakemake "$1" --configfile "$cfg" --profile profiles/slurm >"$2" 2>&1; then
-    tail -n 60 "$2" >&2
+run_snakemake() { # $1 target, $2 log, further arguments to snakemake
+  local target=$1 log=$2
+  shift 2
+  say "snakemake $target $* --profile profiles/slurm (log $log)"
+  if ! timeout -k 30 "$SNAKEMAKE_TIMEOUT" snakemake "$target" "$@" --configfile "$cfg" --profile profiles/slurm >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
     # Cancel what this run left in the queue, so later runs see a clean cluster.
-    ids=$(sed -n 's/.*has been submitted with SLURM jobid \([0-9][0-9]*\).*/\1/p' "$2" | tr '\n' ' ')
+    ids=$(sed -n 's/.*has been submitted with SLURM jobid \([0-9][0-9]*\).*/\1/p' "$log" | tr '\n' ' ')
     [ -z "$ids" ] || scancel $ids 2>/dev/null || true
-    fail "snakemake $1"
+    fail "snakemake $target"
   fi
 }
 run_snakemake registration "$work/snakemake_registration.log"
@@ -431,19 +433,24 @@ PY
 say "outputs and stitching accuracy checked"
 
 # ---- 8. snakemake all: the QC reports on the CPU partition -----------------------------------------------
-run_snakemake all "$work/snakemake_all.log"
+# --forcerun registration: the GPU registration job runs again while qc_stitch/qc_decon/qc_edf run
+# beside it (they need only the EDF sentinels), which shows CPU QC jobs are not held back by gpu_jobs.
+run_snakemake all "$work/snakemake_all.log" --forcerun registration
 $PY - "$work/assign.json" "$work/expect_qc.json" <<'PY'
 import json, sys
-cpu = json.load(open(sys.argv[1]))["cpu"]
+a = json.load(open(sys.argv[1]))
+cpu, reg = a["cpu"], a["registration"]
 json.dump([{"rule": r, "account": cpu["account"], "partition": cpu["partition"], "gpus": 0}
-           for r in ("qc_stitch", "qc_decon", "qc_edf", "qc_registration")], open(sys.argv[2], "w"), indent=1)
+           for r in ("qc_stitch", "qc_decon", "qc_edf", "qc_registration")]
+          + [{"rule": "registration", "account": reg["account"], "partition": reg["partition"], "gpus": 1}],
+          open(sys.argv[2], "w"), indent=1)
 PY
 $PY tests/e2e/slurm_check.py --log "$work/snakemake_all.log" --limits "$limits" --expect "$work/expect_qc.json" \
-  --table "$work/sacct_all.tsv" --max-gpu-jobs 0 >"$work/slurm_check_all.log" ||
-  { cat "$work/slurm_check_all.log"; fail "SLURM accounting checks (all run: QC jobs only, no GPU)"; }
+  --table "$work/sacct_all.tsv" --max-gpu-jobs "$jobs" --require-cpu-beside >"$work/slurm_check_all.log" ||
+  { cat "$work/slurm_check_all.log"; fail "SLURM accounting checks (all run: QC jobs without GPU, beside registration)"; }
 grep '^slurm_check' "$work/slurm_check_all.log"
 n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_all.log")
-[ "$n_sub" = 4 ] || fail "all after registration submitted $n_sub SLURM jobs, want the 4 QC jobs"
+[ "$n_sub" = 5 ] || fail "all --forcerun registration submitted $n_sub SLURM jobs, want registration + the 4 QC jobs"
 $PY - "$proj" "$CYCLES" <<'PY' || fail "QC outputs"
 import glob, json, os, struct, sys, zlib
 import numpy as np, tifffile

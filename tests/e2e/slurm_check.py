@@ -17,7 +17,8 @@ submitted job to its rule and wildcards ("rule X: ... jobid: N ... wildcards: k=
      running) never exceed --max-gpu-jobs, and with --require-gpu-peak reach it (so the limit
      was exercised);
   5. per account whose GPU jobs in flight ever exceeded its limit, the excess really queued in
-     SLURM: at least one of its jobs has sacct Reason AssocGrpGRES.
+     SLURM: at least one of its jobs has sacct Reason AssocGrpGRES;
+  6. with --require-cpu-beside, some CPU job (no GPU) ran while a GPU job ran.
 
 Exit status 0 when all hold, 1 with one line per failure otherwise. Standard library only.
 
@@ -134,7 +135,8 @@ def max_concurrent(intervals):
     return best
 
 
-def check(sub, run_id, rows, limits, expect=None, max_gpu_jobs=None, require_gpu_peak=False):
+def check(sub, run_id, rows, limits, expect=None, max_gpu_jobs=None, require_gpu_peak=False, require_cpu_beside=False,
+          require_overflow=False):
     """All checks on parsed log entries and sacct rows; returns (failures, report lines, table)."""
     fails, report = [], []
     lines = ["slurm_jobid\trule\twildcards\taccount\tpartition\tgpus\tstate\treason\tsubmit\tstart\tend\tjobname\tcomment"]
@@ -178,7 +180,7 @@ def check(sub, run_id, rows, limits, expect=None, max_gpu_jobs=None, require_gpu
         report.append(f"slurm_check: {len(expect)} expected jobs checked")
 
     # 3. + 5. per-account GPUs running at once, and queueing of what was in flight beyond the limit.
-    by_acct = {}
+    by_acct, overflowed = {}, False
     gpu_jobs = [j["sacct"] for j in done if j["sacct"]["gpus"] > 0]
     for r in gpu_jobs:
         by_acct.setdefault(r["Account"], []).append(r)
@@ -196,9 +198,13 @@ def check(sub, run_id, rows, limits, expect=None, max_gpu_jobs=None, require_gpu
                       f"running and {in_flight} in flight at once, {len(queued)} pended on AssocGrpGRES")
         if running > limits[acct]:
             fails.append(f"account {acct}: {running} GPUs in use at once, limit {limits[acct]}")
+        overflowed |= in_flight > limits[acct]
         if in_flight > limits[acct] and not queued:
             fails.append(f"account {acct}: {in_flight} GPU jobs in flight > limit {limits[acct]} but none pended on "
                          f"AssocGrpGRES (the excess did not queue in SLURM)")
+
+    if require_overflow and not overflowed:
+        fails.append("no account had more GPU jobs in flight than its limit: the queueing check was not exercised")
 
     # 4. GPU jobs in flight, all accounts together (Snakemake's gpu_jobs limit).
     timed = [r for r in gpu_jobs if r["submit"] and r["end"]]
@@ -207,6 +213,8 @@ def check(sub, run_id, rows, limits, expect=None, max_gpu_jobs=None, require_gpu
     beside = sum(1 for c in cpu if any(g["start"] and g["start"] < c["end"] and c["start"] < g["end"] for g in timed))
     report.append(f"slurm_check: {len(gpu_jobs)} GPU jobs, at most {peak} in flight at once (submitted, not ended); "
                   f"{len(cpu)} CPU jobs, {beside} of them running beside a GPU job")
+    if require_cpu_beside and not beside:
+        fails.append("no CPU job ran while a GPU job ran (CPU QC jobs should run beside GPU jobs)")
     if max_gpu_jobs is not None:
         if peak > max_gpu_jobs:
             fails.append(f"{peak} GPU jobs in flight at once, limit {max_gpu_jobs}")
@@ -223,6 +231,9 @@ def main():
     ap.add_argument("--table", help="write the per-job table (TSV) here")
     ap.add_argument("--max-gpu-jobs", type=int, help="most GPU jobs in flight at once (kintsugi-assign's jobs)")
     ap.add_argument("--require-gpu-peak", action="store_true", help="fail unless GPU jobs in flight reach --max-gpu-jobs")
+    ap.add_argument("--require-cpu-beside", action="store_true", help="fail unless some CPU job ran while a GPU job ran")
+    ap.add_argument("--require-overflow", action="store_true",
+                    help="fail unless some account had more GPU jobs in flight than its limit (so 5. was exercised)")
     args = ap.parse_args()
 
     limits = {}
@@ -237,7 +248,8 @@ def main():
         with open(args.expect) as f:
             expect = json.load(f)
     rows = sacct([j["slurm_jobid"] for j in sub])
-    fails, report, table = check(sub, run_id, rows, limits, expect, args.max_gpu_jobs, args.require_gpu_peak)
+    fails, report, table = check(sub, run_id, rows, limits, expect, args.max_gpu_jobs, args.require_gpu_peak,
+                                 args.require_cpu_beside, args.require_overflow)
     print(table)
     if args.table:
         with open(args.table, "w") as f:

@@ -133,12 +133,20 @@ class CheckTest(unittest.TestCase):
         fails, report, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, None, max_gpu_jobs=3, require_gpu_peak=True)
         self.assertEqual(fails, [], report)
         self.assertTrue(any("at most 3 in flight" in l and "1 of them running beside" in l for l in report), report)
+        rows["4"]["start"], rows["4"]["end"] = rows["3"]["end"], rows["3"]["end"] + dt.timedelta(seconds=9)
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, require_cpu_beside=True)
+        self.assertEqual(fails, [], "job 2 (acct_a) still runs until t=40")
+        rows["4"]["start"], rows["4"]["end"] = T0 + dt.timedelta(seconds=40), T0 + dt.timedelta(seconds=50)
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, require_cpu_beside=True)
+        self.assertEqual(fails, ["no CPU job ran while a GPU job ran (CPU QC jobs should run beside GPU jobs)"])
         fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, None, max_gpu_jobs=2)
         self.assertEqual(fails, ["3 GPU jobs in flight at once, limit 2"])
         # acct_a had 2 in flight with limit 1: without an AssocGrpGRES wait that is a failure.
         rows["2"]["Reason"] = "None"
         fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1})
         self.assertTrue(any("none pended on AssocGrpGRES" in f for f in fails), fails)
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 2, "acct_b": 1}, require_overflow=True)
+        self.assertEqual(fails, ["no account had more GPU jobs in flight than its limit: the queueing check was not exercised"])
         # Two acct_a jobs running at once break its limit of 1.
         rows["2"]["start"] = rows["1"]["start"]
         fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1})
