@@ -103,6 +103,9 @@ func EvaluateRegistration(ctx context.Context, be register.Backend, o RegOptions
 		o.Step = 16
 	}
 	o.Scene.Workers = max(o.Scene.Workers, o.Workers)
+	if o.Params.Workers <= 0 {
+		o.Params.Workers = o.Workers
+	}
 	sc, err := synth.NewRegScene(o.Scene)
 	if err != nil {
 		return nil, err

@@ -1,11 +1,13 @@
 package register_test
 
 import (
+	"context"
 	"math"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register/registertest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
 func TestCPUConformance(t *testing.T) {
@@ -64,5 +66,50 @@ func TestJacobianMin(t *testing.T) {
 	f.DY[4] = 30 // node (1,1) pushed past (2,1): a fold
 	if j := register.JacobianMin(f); !(j < 0) {
 		t.Errorf("folded field: %g, want < 0", j)
+	}
+}
+
+// With Params.Scale, a uniform scale is recovered: the moving image is the
+// reference resampled through a known rigid transform S with scale 1.012,
+// so the registration is S⁻¹.
+func TestScale(t *testing.T) {
+	ctx := context.Background()
+	sc, err := synth.NewRegScene(synth.RegOptions{H: 384, W: 512, Channels: 1, Seed: 8, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _, err := sc.RenderCycle(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := register.Identity(384, 512)
+	s.Scale, s.Theta, s.TY, s.TX = 1.012, 0.004, 6.3, -9.1
+	be := register.CPU{Workers: 2}
+	mov, err := be.Warp(ctx, ref, &register.Mapping{Rigid: s}, 384, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := register.DefaultParams()
+	p.RigidOnly, p.Scale, p.MaxImageDim, p.CoarseDim, p.Workers = true, true, 512, 256, 2
+	R, err := register.NewReference(ctx, be, ref[0], p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := register.Register(ctx, be, R, mov[0], p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for y := 60.0; y < 324; y += 16 {
+		for x := 60.0; x < 452; x += 16 {
+			// T = S⁻¹: S(T(p)) = p
+			qy, qx := res.Mapping.Apply(y, x)
+			py, px := s.Apply(qy, qx)
+			worst = math.Max(worst, math.Hypot(py-y, px-x))
+		}
+	}
+	t.Logf("scale %.5f (want %.5f), rotation %.4f° (want %.4f°), worst error %.3f px", res.Rigid.Scale, 1/s.Scale, res.Metrics.RotationDeg, -s.Theta*180/math.Pi, worst)
+	if !(math.Abs(res.Rigid.Scale*s.Scale-1) < 1e-3) || !(worst < 0.3) {
+		t.Errorf("scale %.5f, want %.5f; worst error %.3f px", res.Rigid.Scale, 1/s.Scale, worst)
 	}
 }
