@@ -153,7 +153,7 @@ func TestMemBudgetHeld(t *testing.T) {
 	// What the stage needs at least, from its own model and this cycle.
 	g := geometry{Tiles: 6, H: 1440, W: 1920, Workers: workers, WorkingDim: 128}
 	g.MosaicH, g.MosaicW = nominalMosaic(2, 1440, cfg), nominalMosaic(3, 1920, cfg)
-	minNeed := newMemModel(NewCPUEngine(workers), g, 0, "").need(minPlan)
+	minNeed := newMemModel(NewCPUEngine(workers), g, 0, 0, "").need(minPlan)
 	budget := free * 6 / 10
 	t.Logf("unconstrained peak %s; smallest working set %s; budget %s", membudget.Format(free), membudget.Format(minNeed), membudget.Format(budget))
 	if budget < minNeed {
@@ -197,6 +197,9 @@ func TestMemBudgetTooSmall(t *testing.T) {
 			t.Errorf("error lacks %q:\n%s", s, stderr)
 		}
 	}
+	if strings.Contains(stderr, "tiles aligned") {
+		t.Errorf("the stage aligned tiles before refusing the budget:\n%s", stderr)
+	}
 	stitched := filepath.Dir(OutDir(cfg.ProjectDir, 1))
 	if ents, err := os.ReadDir(stitched); err == nil && len(ents) > 0 {
 		t.Errorf("partial output under %s: %v", stitched, ents)
@@ -208,7 +211,7 @@ func TestMemBudgetTooSmall(t *testing.T) {
 func TestMemPlans(t *testing.T) {
 	g := geometry{Tiles: 63, H: 1440, W: 1920, MosaicH: 7488, MosaicW: 12672, Workers: 16, WorkingDim: 128}
 	for name, eng := range map[string]Engine{"cpu": NewCPUEngine(16), "gpu": &GPUEngine{}} {
-		m := newMemModel(eng, g, 0, "")
+		m := newMemModel(eng, g, 0, 0, "")
 		ps := plans(8, 16)
 		if ps[len(ps)-1] != minPlan {
 			t.Fatalf("last plan %+v, want %+v", ps[len(ps)-1], minPlan)
@@ -237,8 +240,10 @@ func TestMemPlans(t *testing.T) {
 	}
 	// The target: a production cycle on the GPU under 6 GiB keeps
 	// the GPU's batch of 8.
-	m := newMemModel(&GPUEngine{}, g, 6<<30, membudget.SourceFlag)
-	if p, err := m.choose(8); err != nil || p.Batch != 8 {
+	m := newMemModel(&GPUEngine{}, g, 0, 6<<30, membudget.SourceFlag)
+	p, err := m.choose(8)
+	if err != nil || p.Batch != 8 {
 		t.Errorf("GPU, production cycle, 6 GiB: plan %+v %v", p, err)
 	}
+	t.Logf("gpu: production cycle under 6 GiB: %+v, planned %s", p, membudget.Format(m.need(p)))
 }

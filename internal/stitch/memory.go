@@ -41,7 +41,13 @@ const (
 
 // engineMem is an engine's host memory per phase, bytes.
 type engineMem struct {
-	Fixed int64 // outside the Go heap or independent of the data: runtime, CUDA context and libraries, pinned buffers
+	// Fixed is what does not depend on the data: the runtime, and for the
+	// GPU the CUDA context, libraries, modules and pinned buffers. The
+	// stage takes the resident set when it starts (the engine is open)
+	// plus Lazy (what the engine maps later, e.g. cuFFT plans), or Fixed,
+	// whichever is larger.
+	Fixed int64
+	Lazy  int64
 	Fit   int64 // per plane fitted at once, beyond its raw tiles
 	Blend int64 // one CorrectAndBlend, beyond its raw tiles and its uint16 mosaic
 	Align int64 // the alignment, beyond the reference plane's raw tiles
@@ -68,6 +74,7 @@ func cpuMem(g geometry) engineMem {
 	ws := int64(g.WorkingDim) * int64(g.WorkingDim)
 	return engineMem{
 		Fixed: 64 << 20,
+		Lazy:  32 << 20,
 		Fit:   g.planePx()*4 + int64(g.Tiles)*ws*8*2 + 4*g.tilePx()*4,
 		Blend: g.planePx()*4 + g.mosaicPx()*4 + int64(g.Workers)*int64(g.MosaicW)*16,
 		Align: g.planePx()*4 + int64(g.Workers)*g.tilePx()*24,
@@ -78,11 +85,12 @@ func cpuMem(g geometry) engineMem {
 // uint16 buffers through fixed pinned staging buffers, and the mosaic comes
 // back as uint16, so the host holds only the profiles, the float32
 // reference plane of the alignment and what the CUDA driver, cuFFT and the
-// JIT-compiled modules map into the process (fixed; gpubench prints the
-// resident set after the engine opened, which measures it).
+// JIT-compiled modules map into the process (measured when the stage
+// starts, with the engine open; gpubench prints it).
 func gpuMem(g geometry) engineMem {
 	return engineMem{
-		Fixed: 1 << 30,
+		Fixed: 512 << 20,
+		Lazy:  256 << 20,
 		Fit:   2 * g.tilePx() * 4,
 		Blend: int64(g.Workers) << 20,
 		Align: g.planePx()*4 + int64(g.Workers)*g.tilePx()*4,
@@ -115,8 +123,12 @@ type memModel struct {
 	budgetSource         string
 }
 
-func newMemModel(e Engine, g geometry, budget int64, source string) memModel {
-	return memModel{g: g, e: engineMemory(e, g), raw: g.planePx() * 2, mosaic: g.mosaicPx() * 2,
+// newMemModel is the model of engine e on a cycle of geometry g; resident
+// is the process's resident set now (0: unknown), with the engine open.
+func newMemModel(e Engine, g geometry, resident, budget int64, source string) memModel {
+	em := engineMemory(e, g)
+	em.Fixed = max(em.Fixed, resident+em.Lazy)
+	return memModel{g: g, e: em, raw: g.planePx() * 2, mosaic: g.mosaicPx() * 2,
 		profile: 3 * g.tilePx() * 4, budget: budget, budgetSource: source}
 }
 
@@ -199,7 +211,7 @@ func (m memModel) choose(batch int) (memPlan, error) {
 	}
 	return memPlan{}, &membudget.NeedError{Stage: "stitch", Budget: m.budget, Source: m.budgetSource,
 		Need: m.need(minPlan), ConfigKey: ConfigKeyMem,
-		What: fmt.Sprintf("one plane of %d raw tiles of %dx%d px (%s), its fit and blend, one %dx%d mosaic (%s), engine %s",
+		What: fmt.Sprintf("one plane of %d raw tiles of %dx%d px (%s), its fit and blend, one %dx%d mosaic (%s), runtime and engine %s",
 			m.g.Tiles, m.g.W, m.g.H, membudget.Format(m.raw), m.g.MosaicW, m.g.MosaicH, membudget.Format(m.mosaic),
 			membudget.Format(m.e.Fixed))}
 }

@@ -113,7 +113,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	nPlanes := len(cyc.Channels) * len(cyc.Z)
 	geom := geometry{Tiles: cyc.Tiles(), H: cyc.H, W: cyc.W, Workers: workers, WorkingDim: basicParams(cfg).WorkingSize}
 	geom.MosaicH, geom.MosaicW = nominalMosaic(cyc.Rows, cyc.H, cfg), nominalMosaic(cyc.Cols, cyc.W, cfg)
-	mm := newMemModel(o.Engine, geom, o.MemBudget, o.MemBudgetSource)
+	resident := membudget.RSS() // the engine is open: its context and libraries are in
+	mm := newMemModel(o.Engine, geom, resident, o.MemBudget, o.MemBudgetSource)
 	if _, err := mm.choose(min(batch, nPlanes)); err != nil {
 		return nil, err
 	}
@@ -177,14 +178,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	// The plan again with the measured mosaic size.
 	geom.MosaicH, geom.MosaicW = mosaicSize(pos, cyc.H, cyc.W)
-	mm = newMemModel(o.Engine, geom, o.MemBudget, o.MemBudgetSource)
+	mm = newMemModel(o.Engine, geom, resident, o.MemBudget, o.MemBudgetSource)
 	mp, err := mm.choose(min(batch, nPlanes))
 	if err != nil {
 		return nil, err
 	}
 	lg.Info("memory plan", "cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
 		"batch", mp.Batch, "planes_in_memory", mp.Planes, "write_slots", mp.Writes,
-		"planned", membudget.Format(mm.need(mp)), "go_limit", membudget.Format(mm.goLimit()),
+		"planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.e.Fixed), "go_limit", membudget.Format(mm.goLimit()),
 		"raw_plane", membudget.Format(mm.raw), "mosaic", fmt.Sprintf("%dx%d px, %s", geom.MosaicW, geom.MosaicH, membudget.Format(mm.mosaic)))
 	w = newWriter(mp.Writes)
 
