@@ -35,7 +35,8 @@ func (CPU) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p Pa
 	if err != nil {
 		return nil, st, err
 	}
-	return Finish(d, g, p, &st, workers), st, nil
+	// the padded observation is no longer needed: its memory takes the result
+	return Finish(obs.Pix, d, g, p, &st), st, nil
 }
 
 // Iterate runs RL or Biggs-Andrews on the padded observation obs (zero

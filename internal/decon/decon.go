@@ -231,9 +231,14 @@ func Pad(in *raster.Stack, g Geometry) *raster.Stack {
 	return out
 }
 
-// Crop returns |padded| without the padding.
-func Crop(padded *raster.Stack, g Geometry) *raster.Stack {
-	out := raster.NewStack(g.N, g.H, g.W)
+// Crop returns |padded| without the padding, in dst's memory when dst has
+// room for it (nil: a new stack).
+func Crop(dst []float32, padded *raster.Stack, g Geometry) *raster.Stack {
+	n := g.N * g.H * g.W
+	if cap(dst) < n {
+		dst = make([]float32, n)
+	}
+	out := &raster.Stack{N: g.N, H: g.H, W: g.W, Pix: dst[:n]}
 	for z := 0; z < g.N; z++ {
 		for y := 0; y < g.H; y++ {
 			src := padded.Pix[((z+g.BN)*g.PH+y+g.BH)*g.PW+g.BW:][:g.W]
@@ -382,8 +387,9 @@ func RowsForBudget(budget int64, arrays, pn, ph, pw, halo int) int {
 // Finish crops, takes |.|, and (unless p.NoScale) clips at the exact
 // percentiles and rescales, filling st.Lo/Hi. The CPU path; the GPU does
 // the same on the device.
-func Finish(padded *raster.Stack, g Geometry, p Params, st *Stats, workers int) *raster.Stack {
-	out := Crop(padded, g)
+// dst (may be nil) is reused for the result when large enough.
+func Finish(dst []float32, padded *raster.Stack, g Geometry, p Params, st *Stats) *raster.Stack {
+	out := Crop(dst, padded, g)
 	if p.NoScale {
 		return out
 	}
