@@ -342,11 +342,11 @@ func Quantize(dst []uint16, src []float32) []uint16 {
 
 // Halo is the number of rows a window needs on each side for one exact
 // iteration: two convolutions with the PSF (2·half-height), at least 1 for
-// the damping kernel.
+// the damping kernel (3x3x3, applied to the iterate).
 func Halo(k *psf.Kernel, damping float64) int {
 	h := 2 * (k.NY / 2)
 	if damping > 0 {
-		h = max(h, 2*(k.NY/2)+1)
+		h = max(h, 1)
 	}
 	return h
 }

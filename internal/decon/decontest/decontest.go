@@ -373,6 +373,26 @@ func testChunks(t *testing.T, impl decon.Deconvolver) {
 			p.ChunkRows = 0
 		}
 	}
+	// damping needs a halo of one row even for a one-row PSF (the 3x3x3 kernel)
+	k := &psf.Kernel{NZ: 3, NY: 1, NX: 5, Data: make([]float32, 15)}
+	for i := range k.Data {
+		k.Data[i] = float32(1+i%4) / 36
+	}
+	sc := decon.NewScene(8, 3, 33, 30, k, 3)
+	p := params(decon.RichardsonLucy, 6)
+	p.NoScale, p.Damping = true, 0.25
+	one, _, err := impl.Deconvolve(context.Background(), sc.Noisy, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ChunkRows = 5
+	ch, st, err := impl.Deconvolve(context.Background(), sc.Noisy, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, at := maxRel(ch.Pix, one.Pix); e > chunkTol || st.Chunks < 2 {
+		t.Errorf("damped: %d chunks differ by %.3g of the maximum at %d (tolerance %g)", st.Chunks, e, at, chunkTol)
+	}
 }
 
 // testDelta: with a 1x1x1 PSF, RL returns the observation (d_new = obs),
