@@ -9,7 +9,7 @@
 #
 # Each cycle: pick the next stage (round robin over KILL_RERUN_STAGES), remove its output, submit
 # its job (sbatch, partition cpu, 2 CPUs), wait until it runs, sleep a random time between 0 and
-# 1.2 x the stage's uninterrupted duration, then kill it in turn by
+# the stage's uninterrupted running time, then kill it in turn by
 #   scancel                (SIGTERM, then SIGKILL after KillWait: the stage cleans up, exit 3)
 #   scancel --full -s KILL (SIGKILL of the batch script and the stage at once)
 #   kill -9 <pid>          (SIGKILL of the stage process only, as the OOM killer or a node agent does)
@@ -112,12 +112,12 @@ compare() {
 mkdir -p "$work/ref" "$work/logs"
 declare -A dur
 for s in $stages; do
+  job=$(submit "$s" "$work/logs/ref-$s.log")
+  until [ "$(state "$job")" = RUNNING ] || ! in_queue "$job"; do sleep 0.1; done
   t0=$(date +%s.%N)
-  if ! submit "$s" "$work/logs/ref-$s.log" --wait >/dev/null; then
-    tail -20 "$work/logs/ref-$s.log" >&2
-    die "$s: uninterrupted reference run failed"
-  fi
-  dur[$s]=$(echo "$(date +%s.%N) - $t0" | bc)
+  wait_gone "$job"
+  dur[$s]=$(echo "$(date +%s.%N) - $t0" | bc) # running time, queueing left out
+  [ -f "$(out "$s")/.snakemake_complete" ] || { tail -20 "$work/logs/ref-$s.log" >&2; die "$s: uninterrupted reference run failed"; }
   rm -rf "$work/ref/$s"
   cp -a "$(out "$s")" "$work/ref/$s"
   [ -z "$(leftovers "$s")" ] || die "$s: the uninterrupted run left $(leftovers "$s")"
@@ -130,7 +130,7 @@ nst=$#
 interrupted=0 finished=0 cycle=0 took_over=0
 declare -A by_method
 while [ $interrupted -lt "$N" ]; do
-  [ $cycle -lt $((3 * N)) ] || die "only $interrupted of $N jobs interrupted in $cycle cycles (kills come too late?)"
+  [ $cycle -lt $((3 * N + 3)) ] || die "only $interrupted of $N jobs interrupted in $cycle cycles (kills come too late?)"
   idx=$((cycle % nst + 1))
   s=${!idx}
   method=$((cycle / nst % 3))
@@ -139,8 +139,8 @@ while [ $interrupted -lt "$N" ]; do
   rm -rf "$o"
   job=$(submit "$s" "$work/logs/kill-$cycle-$s.log")
   until [ "$(state "$job")" = RUNNING ] || ! in_queue "$job"; do sleep 0.1; done
-  # a random point in [0, 1.2 x duration] of the stage's run
-  delay=$(echo "scale=2; $RANDOM / 32767 * 1.2 * ${dur[$s]}" | bc)
+  # a random point in [0, duration] of the stage's uninterrupted run
+  delay=$(echo "scale=2; $RANDOM / 32767 * ${dur[$s]}" | bc)
   sleep "$delay"
   case $method in
     0) how="scancel"; scancel "$job" 2>/dev/null || true ;;
@@ -158,6 +158,7 @@ while [ $interrupted -lt "$N" ]; do
   if [ -f "$o/.snakemake_complete" ]; then
     finished=$((finished + 1))
     log "cycle $cycle: $s finished before the kill ($how after ${delay} s); not counted"
+    how="$how (too late)"
   else
     interrupted=$((interrupted + 1))
     by_method[$how]=$(( ${by_method[$how]:-0} + 1 ))
