@@ -89,7 +89,18 @@ func compareStage(t *testing.T, cfg *config.Config, want, got string, tol stageT
 			sameRounding = false
 		}
 	}
-	t.Logf("tile positions: worst difference %.3g px (bound %g); rounded alike: %v", worstPos, tol.Pos, sameRounding)
+	// tile_positions.csv holds 3 decimals: a position within 0.001 px of a
+	// half pixel may round otherwise than the run's own, so the mosaic is
+	// then not checked against the rule with the file's positions.
+	csvExact := true
+	for _, p := range pg {
+		for _, v := range []float64{p.Y, p.X} {
+			if f := v - math.Floor(v); math.Abs(f-0.5) < 0.001 {
+				csvExact = false
+			}
+		}
+	}
+	t.Logf("tile positions: worst difference %.3g px (bound %g); rounded alike: %v; csv rounds as the run: %v", worstPos, tol.Pos, sameRounding, csvExact)
 	if worstPos > tol.Pos {
 		t.Errorf("tile positions differ from the CPU run's by %.3g px (bound %g)", worstPos, tol.Pos)
 	}
@@ -157,7 +168,7 @@ func compareStage(t *testing.T, cfg *config.Config, want, got string, tol stageT
 			if fd > tol.Flat || dd > tol.Dark {
 				t.Errorf("%s: profile differs from the CPU run's: flatfield %.3g (bound %g), darkfield %.3g counts (bound %g)", name, fd, tol.Flat, dd, tol.Dark)
 			}
-			if worstSelf > tol.Self {
+			if csvExact && worstSelf > tol.Self {
 				t.Errorf("%s: mosaic differs from the rule applied with its own profile and positions by %d counts (bound %d)", name, worstSelf, tol.Self)
 			}
 			if sameRounding && over > 0 {
