@@ -71,6 +71,9 @@ type Params struct {
 	NoScale bool
 	// MemoryBudget bounds the working set of one chunk, bytes; 0 = the
 	// implementation's default (CPU: no chunking; GPU: what fits).
+	// On the GPU it caps the device memory of the whole run: iterates that
+	// do not fit are held in host memory and streamed through the device by
+	// y-slabs (Stats.Streamed), with the same result.
 	MemoryBudget int64
 	// ChunkRows forces chunks of this many padded rows (tests); 0 = from the budget.
 	ChunkRows int
@@ -114,6 +117,7 @@ type Stats struct {
 	Lo, Hi     float64   // clip values (percentiles of |RL|)
 	Padded     [3]int    // padded size (z, y, x)
 	Chunks     int       // windows per iteration
+	Streamed   bool      // GPU: iterates held in host memory, streamed through the device by slabs
 }
 
 // Deconvolver deconvolves one channel's stack. The result is in counts

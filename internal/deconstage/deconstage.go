@@ -413,7 +413,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		c.WriteSec = time.Since(t2).Seconds()
 		lg.Info("channel deconvolved", "cycle", o.Cycle, "channel", ch, "planes", c.Planes, "size", fmt.Sprintf("%dx%d", c.W, c.H),
-			"psf", c.PSF+" (x,y,z)", "iterations", s.Iterations, "stopped", s.Stopped, "chunks", s.Chunks,
+			"psf", c.PSF+" (x,y,z)", "iterations", s.Iterations, "stopped", s.Stopped, "chunks", s.Chunks, "streamed", s.Streamed,
 			"lo", s.Lo, "hi", s.Hi, "raw_max", s.RawMax, "decon_s", fmt.Sprintf("%.2f", c.Seconds),
 			"read_s", fmt.Sprintf("%.2f", c.ReadSec), "write_s", fmt.Sprintf("%.2f", c.WriteSec))
 		res.Channels = append(res.Channels, c)

@@ -28,8 +28,16 @@ import (
 // the mirrored z-padding planes are copies of real planes that evolve
 // identically, so only the real planes are computed and weighted by their
 // multiplicity in the sums (the same result in 5/6 of the work for 20
-// planes). PSFs wider than the shared-memory tile allows are refused (no
-// FFT path yet).
+// planes). PSFs too large for the direct kernels' shared-memory tile, or
+// with more than deconFFTTaps taps, are convolved by cuFFT (decon_fft.go:
+// zero-padded windows, float32 FFT rounding instead of bit-identity).
+//
+// Memory: the iterates stay on the device when they fit the budget
+// (decon.Params.MemoryBudget, the whole run's device memory; 0 = the free
+// memory less a margin, see deconMakePlan). Otherwise they are held in
+// pinned host memory and streamed through the device by y-slabs with halo
+// rows every iteration (decon_stream.go), with the same windows semantics as
+// decon.CPU's chunking, so the result equals the resident one.
 type Decon struct{ e *Engine }
 
 // Deconvolver returns the GPU decon.Deconvolver.
@@ -96,6 +104,9 @@ func (dc *Decon) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel
 		return nil, decon.Stats{}, err
 	}
 	e := dc.e
+	if out, _, st, done, err := e.deconHostStreamed(ctx, in, k, p, false); done {
+		return out, st, err
+	}
 	din, err := e.UploadStack(ctx, in)
 	if err != nil {
 		return nil, decon.Stats{}, err
@@ -118,6 +129,9 @@ func (e *Engine) DeconvolveGray16(ctx context.Context, in *raster.Stack, k *psf.
 	}
 	if err := k.Check(); err != nil {
 		return nil, decon.Stats{}, err
+	}
+	if _, pages, st, done, err := e.deconHostStreamed(ctx, in, k, p, true); done {
+		return pages, st, err
 	}
 	din, err := e.UploadStack(ctx, in)
 	if err != nil {
@@ -161,15 +175,39 @@ func (e *Engine) DeconvolveDevice(ctx context.Context, in *DevStack, k *psf.Kern
 	if in == nil || in.ptr == 0 {
 		return nil, decon.Stats{}, fmt.Errorf("%w: no device stack", decon.ErrInput)
 	}
-	tw := deconTileFloats(k)
-	if !deconFixed(k) && (tw*4 > 46<<10 || k.NZ*k.NY*k.NX > 1<<16) {
-		return nil, decon.Stats{}, fmt.Errorf("gpu: decon: PSF %s (x,y,z) too large for direct convolution (%d KB of shared memory); the GPU has no FFT path yet: use --device cpu", k, tw*4>>10)
+	var pl deconPlan
+	err := e.do(ctx, "decon plan", func() error {
+		var err error
+		pl, err = e.deconMakePlan(in.N, in.H, in.W, k, p, true)
+		return err
+	})
+	if err != nil {
+		return nil, decon.Stats{}, err
+	}
+	if pl.streamed {
+		// the iterates do not fit: stream them from host memory
+		host, err := e.DownloadStack(ctx, in)
+		if err != nil {
+			return nil, decon.Stats{}, err
+		}
+		var res *raster.Stack
+		var st decon.Stats
+		err = e.do(ctx, "decon streamed", func() error {
+			var err error
+			res, _, st, err = e.deconStreamed(ctx, host, k, p, pl, false)
+			return err
+		})
+		if err != nil {
+			return nil, st, err
+		}
+		out, err := e.UploadStack(ctx, res)
+		return out, st, err
 	}
 	var out *DevStack
 	var st decon.Stats
-	err := e.do(ctx, "decon", func() error {
+	err = e.do(ctx, "decon", func() error {
 		var err error
-		out, st, err = e.deconRun(ctx, in, k, p)
+		out, st, err = e.deconRun(ctx, in, k, p, pl)
 		return err
 	})
 	if err != nil {
@@ -230,12 +268,12 @@ func deconFixed(k *psf.Kernel) bool {
 	return (deconCBX*8+4*nv-8)*(deconCBY+k.NY-1)*4 <= 46<<10
 }
 
-// deconRun runs on the engine goroutine.
-func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p decon.Params) (*DevStack, decon.Stats, error) {
+// deconRun runs on the engine goroutine: the iterates resident on the device.
+func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p decon.Params, pl deconPlan) (*DevStack, decon.Stats, error) {
 	var ar devArena
 	ar.e = e
 	defer ar.free()
-	g := decon.NewGeometry(in.N, in.H, in.W, k)
+	g := pl.g
 	st := decon.Stats{Padded: [3]int{g.PN, g.PH, g.PW}}
 	n := in.len()
 
@@ -253,52 +291,12 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 		return nil, st, fmt.Errorf("%w: the stack is all zero", decon.ErrInput)
 	}
 
-	// Planes computed: all padded planes, or only the real ones weighted by
-	// their multiplicity when the PSF is one plane deep and undamped.
-	pn, bn := g.PN, g.BN
-	w := make([]float64, g.PN)
-	if k.NZ == 1 && p.Damping == 0 {
-		pn, bn = g.N, 0
-		w = make([]float64, g.N)
-		for z := 0; z < g.PN; z++ {
-			w[decon.Mirror(z-g.BN, g.N)]++
-		}
-	} else {
-		for i := range w {
-			w[i] = 1
-		}
-	}
+	pn, bn, w := pl.pn, pl.bn, pl.w
 	ph, pw := g.PH, g.PW
 	m := int64(pn) * int64(ph) * int64(pw)
 	biggs := p.Biggs()
-	halo := decon.Halo(k, p.Damping)
-
-	rows := p.ChunkRows
-	nGlobal := int64(3) // obs, x, xnew
-	if biggs {
-		nGlobal += 3 // xprev, g, gprev
-	}
-	if rows == 0 {
-		if p.MemoryBudget > 0 {
-			rows = decon.RowsForBudget(p.MemoryBudget, 6, pn, ph, pw, halo)
-		} else {
-			free, _ := cu.MemGetInfo()
-			free += e.pool.cached
-			avail := int64(float64(free)*0.9) - n*4 - nGlobal*m*4
-			if avail <= 0 {
-				return nil, st, fmt.Errorf("%w: the iterates need %s of device memory (%d float32 arrays of %dx%dx%d), %s free",
-					ErrOutOfMemory, fmtBytes(nGlobal*m*4+n*4), nGlobal, pn, ph, pw, fmtBytes(free))
-			}
-			single := int64(1) * m * 4 // b
-			if biggs {
-				single += m * 4 // y
-			}
-			if single > avail {
-				rows = decon.RowsForBudget(avail, 6, pn, ph, pw, halo)
-			}
-		}
-	}
-	wins := decon.PlanWindows(ph, rows, halo)
+	halo := pl.halo
+	wins := decon.PlanWindows(ph, pl.rows, halo)
 	st.Chunks = len(wins)
 
 	kd := ar.bytes(int64(len(k.Data)) * 4)
@@ -324,13 +322,14 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 	single := len(wins) == 1
 	var bL, yS cu.DevicePtr
 	var obsL, curL, yL, aL, xpL cu.DevicePtr
+	maxWH := ph
 	if single {
 		bL = ar.bytes(m * 4)
 		if biggs {
 			yS = ar.bytes(m * 4)
 		}
 	} else {
-		maxWH := 0
+		maxWH = 0
 		for _, wn := range wins {
 			maxWH = max(maxWH, wn.Hi-wn.Lo)
 		}
@@ -339,6 +338,15 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 		if biggs {
 			yL, xpL = ar.bytes(lm), ar.bytes(lm)
 		}
+	}
+	cvs := &deconConvs{e: e, k: k, kd: kd, kfd: kfd}
+	if pl.fft {
+		f, err := e.newDeconFFT(&ar, pn, maxWH, pw, k, kd, kfd)
+		if err != nil {
+			return nil, st, err
+		}
+		defer f.destroy()
+		cvs.fft = f
 	}
 	oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
 	stop := decon.Stopper{Criterion: p.StopCriterion, IgnoreGrowth: p.Biggs()}
@@ -367,17 +375,17 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 				}
 				e.launch("decon_predict", grid1(lm), y, c, xp, float32(alpha), lm)
 			}
-			e.deconConv(b, y, kd, k, pn, wh, pw, 1, o, 0, 0)
-			fused := single && !biggs && p.Damping == 0 && deconFixed(k)
+			cvs.conv(false, b, y, pn, wh, pw, 1, o, 0, 0)
+			fused := single && !biggs && p.Damping == 0 && deconFixed(k) && cvs.fft == nil
 			switch {
 			case p.Damping > 0:
-				e.deconConv(a, b, kfd, k, pn, wh, pw, 0, 0, 0, 0)
+				cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
 				e.deconConv(b, y, rd, R, pn, wh, pw, 0, 0, 0, 0)
 				e.launch("decon_damp", grid1(lm), a, y, b, oml, lam, lm)
 			case fused: // the new iterate and the stop rule's sum in one pass
-				e.deconConv(a, b, kfd, k, pn, wh, pw, 3, y, wd, sums)
+				cvs.conv(true, a, b, pn, wh, pw, 3, y, wd, sums)
 			default:
-				e.deconConv(a, b, kfd, k, pn, wh, pw, 2, y, 0, 0)
+				cvs.conv(true, a, b, pn, wh, pw, 2, y, 0, 0)
 			}
 			var gp cu.DevicePtr
 			if biggs && it >= 1 {
@@ -426,14 +434,23 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 }
 
 // deconPercentiles returns numpy's percentiles qs of |x| over the cropped
-// region, exactly: order statistics by three histogram passes over the
-// float bits (bits 31-20, 19-8, 7-0).
+// region, exactly (deconSelect).
 func (e *Engine) deconPercentiles(x cu.DevicePtr, g decon.Geometry, pn, bn int, n int64, qs ...float64) (float64, float64) {
+	return e.deconSelect(n, func(bins cu.DevicePtr, shift, mask, all, mshift int, match uint32) {
+		e.launch("decon_hist", grid1(n), bins, x, n, g.H, g.W, g.PH, g.PW, bn, g.BH, g.BW, shift, mask, all, mshift, int(match))
+	}, qs...)
+}
+
+// deconSelect returns the percentiles qs[0], qs[1] of n values, exactly:
+// order statistics by three histogram passes over the float bits (bits
+// 31-20, 19-8, 7-0). pass launches decon_hist over all the values into bins
+// (zeroed before) with the given bit selection.
+func (e *Engine) deconSelect(n int64, pass func(bins cu.DevicePtr, shift, mask, all, mshift int, match uint32), qs ...float64) (float64, float64) {
 	bins := e.alloc(4096 * 8)
 	defer e.release(bins)
 	hist := func(shift, mask, all, mshift int, match uint32) []uint64 {
 		cu.MemsetD8Async(bins, 0, 4096*8, e.compute)
-		e.launch("decon_hist", grid1(n), bins, x, n, g.H, g.W, g.PH, g.PW, bn, g.BH, g.BW, shift, mask, all, mshift, int(match))
+		pass(bins, shift, mask, all, mshift, match)
 		h := make([]uint64, mask+1)
 		get(e, h, bins)
 		return h

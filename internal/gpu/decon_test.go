@@ -4,7 +4,9 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
@@ -86,6 +88,221 @@ func TestDeconVsCPU(t *testing.T) {
 					t.Fatalf("%s: DeconvolveGray16 plane %d pixel %d = %d, Quantize %d", c.name, z, i, pg.Pix[i], q[i])
 				}
 			}
+		}
+	}
+}
+
+// deconMaxRel returns max |a-b| / max |b|.
+func deconMaxRel(a, b []float32) float64 {
+	var m, d float64
+	for i := range b {
+		m = math.Max(m, math.Abs(float64(b[i])))
+		d = math.Max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	if m == 0 {
+		return d
+	}
+	return d / m
+}
+
+// deconCapFor returns a device-memory budget under which the streamed form
+// runs in slabs of PH/div core rows: two slab sets of 4 (RL) or 8 (Biggs)
+// arrays of the core rows plus the halo, plus the FFT buffers.
+func deconCapFor(n, h, w int, k *psf.Kernel, p decon.Params, div int) int64 {
+	g := decon.NewGeometry(n, h, w, k)
+	pn := g.PN
+	if k.NZ == 1 && p.Damping == 0 {
+		pn = g.N
+	}
+	arrays := int64(4)
+	if p.Biggs() {
+		arrays = 8
+	}
+	wh := g.PH/div + 2*decon.Halo(k, p.Damping)
+	c := 2*arrays*int64(pn)*int64(wh)*int64(g.PW)*4 + deconSlack
+	if deconUseFFT(k) {
+		c += deconFFTBytes(deconFFTDims(pn, wh, g.PW, k))
+	}
+	return c
+}
+
+// TestDeconStreamed: under a device-memory cap that the resident iterates
+// exceed, the stack is streamed through the device in >= 3 y-slabs (state in
+// pinned host memory) and the result equals the resident one (tolerance
+// 1e-4 of the maximum; the convolutions are exact per slab, so 0 is
+// expected), for RL and Biggs-Andrews, with and without damping, in the
+// three forms (host float32, host uint16, device buffers).
+func TestDeconStreamed(t *testing.T) {
+	o := psf.Optics{DXY: 377, DZ: 1500, NA: 0.75, RI: 1.44, ExNM: 358, EmNM: 461, SlitMM: 6.5, FCylMM: 1}
+	ls, _, err := psf.LightSheet(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf, _, err := psf.Widefield(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		k    *psf.Kernel
+		alg  string
+		damp float64
+	}{
+		{"lightsheet RL", ls, decon.RichardsonLucy, 0},
+		{"lightsheet Biggs", ls, decon.BiggsAndrews, 0},
+		{"lightsheet RL damped", ls, decon.RichardsonLucy, 0.2},
+		{"widefield Biggs damped", wf, decon.BiggsAndrews, 0.1},
+		{"widefield RL", wf, decon.RichardsonLucy, 0},
+	} {
+		sc := decon.NewScene(21, 6, 150, 200, c.k, 3)
+		p := decon.Params{Algorithm: c.alg, Iterations: 12, StopCriterion: 5, Damping: c.damp, HistClip: 0.01}
+		one, s1, err := testEngine.Deconvolver().Deconvolve(ctx, sc.Noisy, c.k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s1.Streamed || s1.Chunks != 1 {
+			t.Fatalf("%s: default budget streamed %v in %d chunks", c.name, s1.Streamed, s1.Chunks)
+		}
+		p.MemoryBudget = deconCapFor(6, 150, 200, c.k, p, 4)
+		got, s2, err := testEngine.Deconvolver().Deconvolve(ctx, sc.Noisy, c.k, p)
+		if err != nil {
+			t.Fatalf("%s: cap %d: %v", c.name, p.MemoryBudget, err)
+		}
+		e := deconMaxRel(got.Pix, one.Pix)
+		t.Logf("%s: cap %s: streamed %v, %d slabs, %d iterations (resident %d), lo/hi %g/%g (resident %g/%g), max difference %.3g of the maximum",
+			c.name, fmtBytes(p.MemoryBudget), s2.Streamed, s2.Chunks, s2.Iterations, s1.Iterations, s2.Lo, s2.Hi, s1.Lo, s1.Hi, e)
+		if !s2.Streamed || s2.Chunks < 3 {
+			t.Errorf("%s: cap %d: streamed %v in %d slabs, want streamed in >= 3", c.name, p.MemoryBudget, s2.Streamed, s2.Chunks)
+		}
+		if s2.Iterations != s1.Iterations {
+			t.Errorf("%s: %d iterations streamed, %d resident", c.name, s2.Iterations, s1.Iterations)
+		}
+		if e > 1e-4 {
+			t.Errorf("%s: streamed differs from resident by %.3g of the maximum (tolerance 1e-4)", c.name, e)
+		}
+		pages, _, err := testEngine.DeconvolveGray16(ctx, sc.Noisy, c.k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for z, pg := range pages {
+			q := decon.Quantize(nil, got.Plane(z))
+			for i := range q {
+				if pg.Pix[i] != q[i] {
+					t.Fatalf("%s: streamed DeconvolveGray16 plane %d pixel %d = %d, Quantize %d", c.name, z, i, pg.Pix[i], q[i])
+				}
+			}
+		}
+		// device form: the input is on the device, the iterates are streamed
+		din, err := testEngine.UploadStack(ctx, sc.Noisy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.MemoryBudget += int64(len(sc.Noisy.Pix)) * 4
+		dout, s3, err := testEngine.DeconvolveDevice(ctx, din, c.k, p)
+		testEngine.FreeStack(din)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := testEngine.DownloadStack(ctx, dout)
+		testEngine.FreeStack(dout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := deconMaxRel(dev.Pix, one.Pix); !s3.Streamed || e > 1e-4 {
+			t.Errorf("%s: device form under a cap: streamed %v, differs by %.3g", c.name, s3.Streamed, e)
+		}
+	}
+}
+
+// TestDeconCapTooSmall: a cap below one slab's needs is an ErrOutOfMemory
+// naming the sizes, not a crash or a partial result.
+func TestDeconCapTooSmall(t *testing.T) {
+	o := psf.Optics{DXY: 377, DZ: 1500, NA: 0.75, RI: 1.44, ExNM: 358, EmNM: 461, SlitMM: 6.5, FCylMM: 1}
+	ls, _, err := psf.LightSheet(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := decon.NewScene(3, 4, 100, 120, ls, 3)
+	p := decon.Params{Iterations: 5, StopCriterion: 5, HistClip: 0.01, MemoryBudget: 4096}
+	_, _, err = testEngine.Deconvolver().Deconvolve(context.Background(), sc.Noisy, ls, p)
+	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "slab of") || !strings.Contains(err.Error(), "120x100x4") {
+		t.Fatalf("cap 4096 B: error %v, want ErrOutOfMemory naming the stack and slab sizes", err)
+	}
+	t.Log(err)
+}
+
+// deconGauss is a normalised 3-D Gaussian kernel (nz, ny, nx), sigmas in samples.
+func deconGauss(nz, ny, nx int, sz, sy, sx float64) *psf.Kernel {
+	k := &psf.Kernel{NZ: nz, NY: ny, NX: nx, Data: make([]float32, nz*ny*nx)}
+	v := make([]float64, len(k.Data))
+	var s float64
+	for z := 0; z < nz; z++ {
+		for y := 0; y < ny; y++ {
+			for x := 0; x < nx; x++ {
+				dz, dy, dx := float64(z-nz/2)/sz, float64(y-ny/2)/sy, float64(x-nx/2)/sx
+				i := (z*ny+y)*nx + x
+				v[i] = math.Exp(-(dz*dz + dy*dy + dx*dx) / 2)
+				s += v[i]
+			}
+		}
+	}
+	for i := range v {
+		k.Data[i] = float32(v[i] / s)
+	}
+	return k
+}
+
+// TestDeconFFT: PSFs beyond the direct kernels (65x65 lateral: the shared
+// tile does not fit; 33x33x3 and 15x15x9: more taps than deconFFTTaps) run
+// the cuFFT path and match the CPU's direct reference within 1e-4 of the
+// maximum (float32 FFT rounding; a fixed number of iterations, so that a
+// stop decision within rounding of the criterion cannot differ); the FFT
+// path streamed under a cap (>= 3 slabs, other FFT sizes) matches it
+// resident within 1e-4.
+func TestDeconFFT(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		k       *psf.Kernel
+		n, h, w int
+		alg     string
+		stream  bool // also streamed under a cap (a 64-row halo needs a taller stack)
+	}{
+		{"65x65x1 RL", deconGauss(1, 65, 65, 1, 9, 9), 3, 40, 48, decon.RichardsonLucy, false},
+		{"33x33x3 RL", deconGauss(3, 33, 33, 0.8, 5, 5), 4, 96, 64, decon.RichardsonLucy, true},
+		{"15x15x9 Biggs", deconGauss(9, 15, 15, 2, 2.5, 2.5), 12, 48, 64, decon.BiggsAndrews, true},
+	} {
+		if !deconUseFFT(c.k) {
+			t.Fatalf("%s: not on the FFT path", c.name)
+		}
+		sc := decon.NewScene(31, c.n, c.h, c.w, c.k, 3)
+		p := decon.Params{Algorithm: c.alg, Iterations: 8, StopCriterion: -1e9, HistClip: 0.01}
+		want, ws, err := decon.CPU{}.Deconvolve(ctx, sc.Noisy, c.k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gs, err := testEngine.Deconvolver().Deconvolve(ctx, sc.Noisy, c.k, p)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		e := deconMaxRel(got.Pix, want.Pix)
+		t.Logf("%s: %d iterations (CPU %d), lo/hi %g/%g (CPU %g/%g), max |GPU FFT - CPU| %.3g of the maximum", c.name, gs.Iterations, ws.Iterations, gs.Lo, gs.Hi, ws.Lo, ws.Hi, e)
+		if gs.Iterations != ws.Iterations || e > 1e-4 {
+			t.Errorf("%s: FFT path differs from the CPU by %.3g of the maximum (tolerance 1e-4), %d iterations vs %d", c.name, e, gs.Iterations, ws.Iterations)
+		}
+		if !c.stream {
+			continue
+		}
+		p.MemoryBudget = deconCapFor(c.n, c.h, c.w, c.k, p, 8)
+		ch, cs, err := testEngine.Deconvolver().Deconvolve(ctx, sc.Noisy, c.k, p)
+		if err != nil {
+			t.Fatalf("%s: cap %d: %v", c.name, p.MemoryBudget, err)
+		}
+		e2 := deconMaxRel(ch.Pix, got.Pix)
+		t.Logf("%s: streamed under %s in %d slabs: differs from resident by %.3g of the maximum", c.name, fmtBytes(p.MemoryBudget), cs.Chunks, e2)
+		if !cs.Streamed || cs.Chunks < 3 || e2 > 1e-4 {
+			t.Errorf("%s: FFT streamed %v in %d slabs differs by %.3g (want >= 3 slabs, <= 1e-4)", c.name, cs.Streamed, cs.Chunks, e2)
 		}
 	}
 }

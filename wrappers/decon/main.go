@@ -44,6 +44,7 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 		cliutil.DeviceFlag(),
 		&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},
 		&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
+		&cli.IntFlag{Name: "gpu-mem-cap", Usage: "GPU memory the deconvolution may use, MB (overrides decon.memory_budget_mb; 0 = the config's, automatic when 0 there); stacks whose iterates exceed it are streamed through the GPU in y-slabs with the same result"},
 		cliutil.WorkersFlag(),
 	}
 	devFlags = append(devFlags, cliutil.LoggingFlags()...)
@@ -81,6 +82,7 @@ type opts struct {
 	device     string
 	gpu        int
 	gpuDebug   bool
+	memCapMB   int
 	lg         *slog.Logger
 }
 
@@ -90,7 +92,7 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 		return err
 	}
 	return fn(opts{configPath: c.String("config"), workers: c.Int("workers"), device: c.String("device"),
-		gpu: c.Int("gpu"), gpuDebug: c.Bool("gpu-debug"), lg: lg})
+		gpu: c.Int("gpu"), gpuDebug: c.Bool("gpu-debug"), memCapMB: c.Int("gpu-mem-cap"), lg: lg})
 }
 
 // setup loads the config, decides the workers and opens the engine.
@@ -107,6 +109,16 @@ func setup(o opts) (*config.Config, int, deconstage.Engine, bool, error) {
 	dev, err := cliutil.ParseDevice(o.device)
 	if err != nil {
 		return nil, 0, nil, false, err
+	}
+	if o.memCapMB < 0 {
+		return nil, 0, nil, false, cliutil.Usagef("--gpu-mem-cap %d: want MB >= 0", o.memCapMB)
+	}
+	if o.memCapMB > 0 {
+		if dev == cliutil.DeviceCPU {
+			return nil, 0, nil, false, cliutil.Usagef("--gpu-mem-cap applies to the GPU; with --device cpu set decon.memory_budget_mb")
+		}
+		cfg.Decon.MemoryBudgetMB = o.memCapMB
+		o.lg.Info("GPU memory cap", "MB", o.memCapMB, "source", "--gpu-mem-cap")
 	}
 	if dev == cliutil.DeviceCPU {
 		o.lg.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")

@@ -111,6 +111,8 @@ func TestExecutable(t *testing.T) {
 			}
 		}},
 		{"tile directory", nil, []string{"tile", "-c", cfgPath, "--in", filepath.Join(in, "CH1"), "--out", tileOut, "--channel", "1", "--device", "cpu"}, 0, "tile deconvolved", nil},
+		{"gpu mem cap with cpu", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--device", "cpu", "--gpu-mem-cap", "512"}, 2, "--gpu-mem-cap", nil},
+		{"negative gpu mem cap", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--gpu-mem-cap", "-1"}, 2, "--gpu-mem-cap -1", nil},
 		{"tile bad channel", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "9", "--device", "cpu"}, 2, "--channel 9", nil},
 		{"tile missing input", nil, []string{"tile", "-c", cfgPath, "--in", dir + "/none.tif", "--out", tileOut, "--channel", "1", "--device", "cpu"}, 2, "none.tif", nil},
 	}

@@ -30,10 +30,18 @@ import (
 // device-buffer form: padding, iterations, percentiles, rescale; no I/O), the
 // download, iterations and peak GPU memory; the TIFF write of one channel;
 // and a GPU/CPU comparison on a crop with the CPU's time per voxel.
+// Then, for channel 1 with the light-sheet PSF, the host form (float32 in
+// and out) unchunked and under a GPU memory cap (-decon-cap-mb: the
+// iterates streamed through the card in y-slabs from pinned host memory),
+// with times, slabs and peak GPU memory, and whether the results are equal;
+// and one FFT-path case (-decon-fft: a 33x33x3 Gaussian PSF, 3267 taps,
+// beyond the direct kernels' limit), with its device time and peak memory.
 var deconFlags struct {
 	h, w, z, channels, wfChannels, crop int
 	alg                                 string
 	io                                  bool
+	capMB                               int
+	fft                                 bool
 }
 
 func init() {
@@ -46,6 +54,8 @@ func init() {
 	flag.IntVar(&deconFlags.crop, "decon-crop", 512, "decon: side of the crop compared with the CPU reference (0: none)")
 	flag.StringVar(&deconFlags.alg, "decon-alg", decon.RichardsonLucy, "decon: algorithm")
 	flag.BoolVar(&deconFlags.io, "decon-io", true, "decon: time the TIFF write of one channel (needs ~4 GB in -dir)")
+	flag.IntVar(&deconFlags.capMB, "decon-cap-mb", 16384, "decon: GPU memory cap of the chunked (streamed) run of channel 1, MB (0: skip)")
+	flag.BoolVar(&deconFlags.fft, "decon-fft", true, "decon: time one FFT-path case (33x33x3 Gaussian PSF)")
 }
 
 var deconWaves = [][2]float64{{358, 461}, {753, 775}, {560, 575}, {648, 668}}
@@ -182,6 +192,16 @@ func runDecon(ctx context.Context, f flags) error {
 		fmt.Printf("TIFF write of one channel (%d uint16 planes, incl. rounding): %.2f s (err %v)\n", lastOut.N, time.Since(t0).Seconds(), err)
 		os.RemoveAll(dir)
 	}
+	if df.capMB > 0 {
+		if err := deconBenchCap(ctx, eng, f, p); err != nil {
+			return err
+		}
+	}
+	if df.fft {
+		if err := deconBenchFFT(ctx, eng, f, p); err != nil {
+			return err
+		}
+	}
 	if df.crop > 0 {
 		k, _, _ := psf.LightSheet(deconOptics(1))
 		st, err := deconStack(ctx, df.z, df.crop, df.crop, k, 1, f.workers)
@@ -208,5 +228,110 @@ func runDecon(ctx context.Context, f flags) error {
 			df.crop, df.crop, df.z, cpuSec, ws.Iterations, runtime.GOMAXPROCS(0), gs.Iterations, d, m, ws.Iterations,
 			perVox*float64(ws.Iterations)*float64(df.z)*float64(df.h)*float64(df.w))
 	}
+	return nil
+}
+
+// deconBenchRun times the host form with p and returns the result, the
+// stats, the seconds and the peak GPU memory.
+func deconBenchRun(ctx context.Context, eng *gpu.Engine, st *raster.Stack, k *psf.Kernel, p decon.Params) (*raster.Stack, decon.Stats, float64, gpu.MemStats, error) {
+	if err := eng.Trim(); err != nil {
+		return nil, decon.Stats{}, 0, gpu.MemStats{}, err
+	}
+	if err := eng.ResetPeak(); err != nil {
+		return nil, decon.Stats{}, 0, gpu.MemStats{}, err
+	}
+	t0 := time.Now()
+	out, s, err := eng.Deconvolver().Deconvolve(ctx, st, k, p)
+	sec := time.Since(t0).Seconds()
+	if err != nil {
+		return nil, s, sec, gpu.MemStats{}, err
+	}
+	ms, err := eng.MemInfo()
+	return out, s, sec, ms, err
+}
+
+// deconBenchCap: channel 1, light-sheet PSF, host form unchunked and under
+// the cap.
+func deconBenchCap(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params) error {
+	df := deconFlags
+	k, _, err := psf.LightSheet(deconOptics(1))
+	if err != nil {
+		return err
+	}
+	st, err := deconStack(ctx, df.z, df.h, df.w, k, 1, f.workers)
+	if err != nil {
+		return err
+	}
+	one, s1, sec1, ms1, err := deconBenchRun(ctx, eng, st, k, p)
+	if err != nil {
+		return fmt.Errorf("unchunked: %w", err)
+	}
+	fmt.Printf("  chunking, lightsheet ch 1 PSF %s, host form (upload, device, download): unchunked %.3f s (%d iterations, streamed %v), peak GPU %.1f GiB\n",
+		k, sec1, s1.Iterations, s1.Streamed, float64(ms1.DevicePeak)/(1<<30))
+	pc := p
+	pc.MemoryBudget = int64(df.capMB) << 20
+	runtime.GC()
+	got, s2, sec2, ms2, err := deconBenchRun(ctx, eng, st, k, pc)
+	if err != nil {
+		return fmt.Errorf("under a %d MB cap: %w", df.capMB, err)
+	}
+	var d, m float64
+	for i := range one.Pix {
+		m = math.Max(m, float64(one.Pix[i]))
+		d = math.Max(d, math.Abs(float64(got.Pix[i]-one.Pix[i])))
+	}
+	fmt.Printf("  chunking, under a %d MiB cap: %.3f s (%d iterations, streamed %v in %d y-slabs, pinned host state), peak GPU %.1f GiB (pool %.1f GiB); max |chunked - unchunked| %.3g of %.4g\n",
+		df.capMB, sec2, s2.Iterations, s2.Streamed, s2.Chunks, float64(ms2.DevicePeak)/(1<<30), float64(ms2.PoolPeak)/(1<<30), d, m)
+	return nil
+}
+
+// deconBenchFFT: the production channel with a 33x33x3 Gaussian PSF (the
+// FFT path), device form.
+func deconBenchFFT(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params) error {
+	df := deconFlags
+	k := &psf.Kernel{NZ: 3, NY: 33, NX: 33, Data: make([]float32, 3*33*33)}
+	var sum float64
+	v := make([]float64, len(k.Data))
+	for z := 0; z < 3; z++ {
+		for y := 0; y < 33; y++ {
+			for x := 0; x < 33; x++ {
+				dz, dy, dx := float64(z-1)/0.8, float64(y-16)/5, float64(x-16)/5
+				i := (z*33+y)*33 + x
+				v[i] = math.Exp(-(dz*dz + dy*dy + dx*dx) / 2)
+				sum += v[i]
+			}
+		}
+	}
+	for i := range v {
+		k.Data[i] = float32(v[i] / sum)
+	}
+	st, err := deconStack(ctx, df.z, df.h, df.w, k, 5, f.workers)
+	if err != nil {
+		return err
+	}
+	if err := eng.Trim(); err != nil {
+		return err
+	}
+	if err := eng.ResetPeak(); err != nil {
+		return err
+	}
+	din, err := eng.UploadStack(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer eng.FreeStack(din)
+	t0 := time.Now()
+	dout, s, err := eng.DeconvolveDevice(ctx, din, k, p)
+	if err != nil {
+		return fmt.Errorf("FFT path: %w", err)
+	}
+	sec := time.Since(t0).Seconds()
+	eng.FreeStack(dout)
+	ms, err := eng.MemInfo()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  FFT path, PSF %s (x,y,z) Gaussian, %d taps: device %.3f s (%d iterations, %.1f ms/iteration, padded %v, windows %d, streamed %v), peak GPU %.1f GiB\n",
+		k, len(k.Data), sec, s.Iterations, 1000*sec/float64(s.Iterations), s.Padded, s.Chunks, s.Streamed, float64(ms.DevicePeak)/(1<<30))
 	return nil
 }

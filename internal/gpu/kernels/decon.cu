@@ -425,3 +425,57 @@ extern "C" __global__ void decon_quantize(unsigned short* dst, const float* src,
         dst[i] = v;
     }
 }
+
+// ---- FFT convolution (PSFs too large for the direct kernels) ----
+// A window (nz, ny, nx) is zero-padded to (fz, fy, fx) >= its size plus the
+// kernel's minus one, so the circular convolution of the padded arrays is
+// the linear one; 'same' takes it at offset (cz, cy, cx).
+
+// decon_fft_place: dst (fz, fy, fx) = src (nz, ny, nx) at the origin, zero elsewhere.
+extern "C" __global__ void decon_fft_place(float* dst, const float* src, int nz, int ny, int nx, int fz, int fy, int fx)
+{
+    i64 total = (i64)fz * fy * fx;
+    GRID_STRIDE(i, total)
+    {
+        int x = (int)(i % fx);
+        i64 r = i / fx;
+        int y = (int)(r % fy);
+        int z = (int)(r / fy);
+        dst[i] = (z < nz && y < ny && x < nx) ? src[((i64)z * ny + y) * nx + x] : 0.0f;
+    }
+}
+
+// decon_fft_mul: s = s * k * scale (complex, interleaved), n values.
+extern "C" __global__ void decon_fft_mul(float2* s, const float2* k, float scale, i64 n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float2 a = s[i], b = k[i];
+        float re = a.x * b.x - a.y * b.y;
+        float im = a.x * b.y + a.y * b.x;
+        s[i] = make_float2(re * scale, im * scale);
+    }
+}
+
+// decon_fft_take: v = src (fz, fy, fx) at (z+cz, y+cy, x+cx); dst (nz, ny, nx)
+// gets v, aux/max(v, eps) (mode 1) or v*aux (mode 2), as decon_conv.
+extern "C" __global__ void decon_fft_take(float* dst, const float* src, int nz, int ny, int nx, int fy, int fx,
+    int cz, int cy, int cx, int mode, const float* aux, float eps)
+{
+    i64 total = (i64)nz * ny * nx;
+    GRID_STRIDE(i, total)
+    {
+        int x = (int)(i % nx);
+        i64 r = i / nx;
+        int y = (int)(r % ny);
+        int z = (int)(r / ny);
+        float v = src[((i64)(z + cz) * fy + y + cy) * fx + x + cx];
+        if (mode == 1) {
+            float d = v < eps ? eps : v;
+            v = aux[i] / d;
+        } else if (mode == 2) {
+            v = v * aux[i];
+        }
+        dst[i] = v;
+    }
+}
