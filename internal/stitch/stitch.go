@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -162,6 +163,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("cycle %d CH%d Z%d: basic fit: %w", o.Cycle, ref.ch, ref.z, err)
 	}
 	tm.Fit += since(t0)
+	if o.MemBudget > 0 {
+		runtime.GC() // the fit's copies, before the alignment's
+	}
 	t0 = time.Now()
 	pos, err := alignTiles(ctx, o, cyc, refTiles, &refProf[0], workers)
 	if err != nil {
@@ -175,6 +179,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// The reference plane is read again in its turn: holding it through
 	// the first channel would cost a plane of the budget.
 	refTiles = nil
+	if o.MemBudget > 0 {
+		runtime.GC() // the alignment's working set, before the pipeline's
+	}
 
 	// The plan again with the measured mosaic size.
 	geom.MosaicH, geom.MosaicW = mosaicSize(pos, cyc.H, cyc.W)
@@ -232,6 +239,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// readSecs is read after the reader is done.
 	defer func() { cancelRead(); <-readDone }()
 
+	// Under a budget, garbage (a plane's tiles, the CPU engine's float
+	// copies) is collected as soon as it is made instead of when the heap
+	// nears the Go limit: a collection of this mostly pointer-free heap
+	// takes milliseconds, and a plane's worth of allocations arriving
+	// during a late collection would overshoot the limit.
+	collect := func() {
+		if o.MemBudget > 0 {
+			runtime.GC()
+		}
+	}
 	done, fallbacks := 0, 0
 	for lo := 0; lo < len(planes); lo += mp.Batch {
 		n := min(mp.Batch, len(planes)-lo)
@@ -265,6 +282,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 		fitPlanes = nil
+		collect()
 		tm.Fit += since(t0)
 		k := 0
 		for i := range b {
@@ -289,6 +307,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			tm.CorrectBlend += since(t0)
 			// The plane's raw tiles are no longer needed: free its slot.
 			b[i].tiles = nil
+			collect()
 			<-slots
 			chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", pl.ch))
 			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic, filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
