@@ -118,6 +118,9 @@ type Stats struct {
 	Padded     [3]int    // padded size (z, y, x)
 	Chunks     int       // windows per iteration
 	Streamed   bool      // GPU: iterates held in host memory, streamed through the device by slabs
+	// Phases are seconds per phase of the implementation, for benchmarks
+	// (GPU streamed form: pin, pad, iterate, finish); nil when not measured.
+	Phases map[string]float64
 }
 
 // Deconvolver deconvolves one channel's stack. The result is in counts

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 	"unsafe"
 
 	"github.com/mumax/3/cuda/cu"
@@ -214,7 +215,9 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 	g := pl.g
 	pn, bn, ph, pw := pl.pn, pl.bn, g.PH, g.PW
 	biggs := p.Biggs()
-	st := decon.Stats{Padded: [3]int{g.PN, g.PH, g.PW}, Streamed: true}
+	st := decon.Stats{Padded: [3]int{g.PN, g.PH, g.PW}, Streamed: true, Phases: map[string]float64{}}
+	t0 := time.Now()
+	phase := func(name string) { st.Phases[name] = time.Since(t0).Seconds(); t0 = time.Now() }
 
 	// Input checks and raw max on the host (parallel over planes).
 	maxs := make([]float32, in.N)
@@ -261,6 +264,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 		host = append(host, cu.MemAllocHost(m*4))
 		e.op = prev
 	}
+	phase("pin")
 	f32 := func(ptr unsafe.Pointer) []float32 { return unsafe.Slice((*float32)(ptr), m) }
 	hobs := host[0]
 	obs := f32(hobs)
@@ -278,6 +282,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 			}
 		}
 	})
+	phase("pad")
 	iters := host[1:3] // RL: two iterate buffers besides obs
 	var hg, hgp unsafe.Pointer
 	if biggs {
@@ -460,6 +465,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 		}
 	}
 
+	phase("iterate")
 	// Finish: the cropped rows of the final iterate, slab by slab (planes
 	// [bn, bn+N), rows [max(Core0, BH), min(Core1, BH+H)), full padded width).
 	type crop struct{ r0, r1 int }
@@ -530,5 +536,6 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 		e.download(segs)
 	})
 	e.sync()
+	phase("finish")
 	return out, pages, st, nil
 }

@@ -280,8 +280,9 @@ func deconBenchCap(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params
 		m = math.Max(m, float64(one.Pix[i]))
 		d = math.Max(d, math.Abs(float64(got.Pix[i]-one.Pix[i])))
 	}
-	fmt.Printf("  chunking, under a %d MiB cap: %.3f s (%d iterations, streamed %v in %d y-slabs, pinned host state), peak GPU %.1f GiB (pool %.1f GiB); max |chunked - unchunked| %.3g of %.4g\n",
-		df.capMB, sec2, s2.Iterations, s2.Streamed, s2.Chunks, float64(ms2.DevicePeak)/(1<<30), float64(ms2.PoolPeak)/(1<<30), d, m)
+	fmt.Printf("  chunking, under a %d MiB cap: %.3f s (%d iterations, streamed %v in %d y-slabs, pinned host state), peak GPU %.1f GiB (pool %.1f GiB); max |chunked - unchunked| %.3g of %.4g; phases (s): pin %.2f, pad %.2f, iterate %.2f (%.0f ms/iteration), finish %.2f\n",
+		df.capMB, sec2, s2.Iterations, s2.Streamed, s2.Chunks, float64(ms2.DevicePeak)/(1<<30), float64(ms2.PoolPeak)/(1<<30), d, m,
+		s2.Phases["pin"], s2.Phases["pad"], s2.Phases["iterate"], 1000*s2.Phases["iterate"]/float64(max(1, s2.Iterations)), s2.Phases["finish"])
 	return nil
 }
 
