@@ -103,8 +103,11 @@ for spec in ${ACCOUNTS//,/ }; do # the cluster's limits must be the slots the co
   }
 done
 $PY -c 'import tifffile, numpy, yaml' || { echo "e2e: $PY lacks tifffile/numpy/yaml (apt-get install python3-tifffile)" >&2; exit 1; }
-[ -z "$(squeue -h -A "$(echo "$ACCOUNTS" | sed 's/:[0-9]*//g')" 2>/dev/null)" ] ||
-  { echo "e2e: the test accounts have jobs in the queue (squeue); the concurrency checks need an idle cluster" >&2; exit 1; }
+# The per-account GPU checks need no other GPU jobs on the test accounts: wait up to 10 min for them.
+gpu_jobs_queued() { squeue -h -A "$(echo "$ACCOUNTS" | sed 's/:[0-9]*//g')" -O tres-alloc:200 2>/dev/null | grep -c gres/gpu || true; }
+for _ in $(seq 1 120); do [ "$(gpu_jobs_queued)" = 0 ] && break; sleep 5; done
+[ "$(gpu_jobs_queued)" = 0 ] ||
+  { echo "e2e: GPU jobs of the test accounts stay in the queue (squeue); the concurrency checks need them gone" >&2; exit 1; }
 
 if [ -n "${KINTSUGI_E2E_DIR:-}" ]; then
   work=$KINTSUGI_E2E_DIR
