@@ -106,7 +106,7 @@ type Decon struct {
 	HistClip       float64 `json:"hist_clip"`        // percent clipped at each end
 	SlitAperture   float64 `json:"slit_aperture"`    // mm
 	FCyl           float64 `json:"f_cyl"`            // mm
-	MemoryBudgetMB int     `json:"memory_budget_mb"` // device memory per chunk, MB; 0 = automatic
+	MemoryBudgetMB int     `json:"memory_budget_mb"` // GPU memory the whole run may use, MB (larger stacks stream through the card in y-slabs); 0 = free memory less a margin
 }
 
 // DefaultDecon returns the original's deconvolution settings.
