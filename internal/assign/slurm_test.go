@@ -233,3 +233,24 @@ func TestPartitions(t *testing.T) {
 		}
 	}
 }
+
+// ExecRunner carries the command's stderr into the error and gives up on a hung command
+// (sacctmgr and squeue hang while slurmctld or slurmdbd is down).
+func TestExecRunner(t *testing.T) {
+	run := ExecRunner(200 * time.Millisecond)
+	out, err := run(context.Background(), "sh", "-c", "echo fine")
+	if err != nil || string(out) != "fine\n" {
+		t.Errorf("out %q err %v", out, err)
+	}
+	if _, err := run(context.Background(), "sh", "-c", "echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1"); err == nil ||
+		!strings.Contains(err.Error(), "Unable to contact slurm controller") {
+		t.Errorf("failing command: err = %v", err)
+	}
+	t0 := time.Now()
+	if _, err := run(context.Background(), "sleep", "5"); err == nil || !strings.Contains(err.Error(), "no answer within 200ms") {
+		t.Errorf("hung command: err = %v", err)
+	}
+	if time.Since(t0) > 3*time.Second {
+		t.Errorf("hung command took %v to give up", time.Since(t0))
+	}
+}
