@@ -11,7 +11,8 @@
 # its job (sbatch, partition cpu, 2 CPUs), wait until it runs, sleep a random time between 0 and
 # the stage's uninterrupted running time, then kill it in turn by
 #   scancel                (SIGTERM, then SIGKILL after KillWait: the stage cleans up, exit 3)
-#   scancel --full -s KILL (SIGKILL of the batch script and the stage at once)
+#   scancel -b -s KILL     (SIGKILL through SLURM to the batch step, i.e. the stage: the job's command
+#                          execs it; plain `scancel -s KILL` is a cancel, SIGTERM first, measured)
 #   kill -9 <pid>          (SIGKILL of the stage process only, as the OOM killer or a node agent does)
 # wait for the job to leave the queue, record whether it left a lock or staging directory, rerun
 # the stage as a new job (sbatch --wait), and compare. A job that finished before its kill does not
@@ -170,7 +171,7 @@ while [ $interrupted -lt "$N" ]; do
   sleep "$delay"
   case $method in
     0) how="scancel"; scancel "$job" 2>/dev/null || true ;;
-    1) how="scancel -s KILL"; scancel --full -s KILL "$job" 2>/dev/null || true ;;
+    1) how="scancel -b -s KILL"; scancel --batch --signal=KILL "$job" 2>/dev/null || true ;;
     2) how="kill -9"
        pid=$(sed -n 's/^pid=//p' "$(dirname "$o")/.$(basename "$o").lock" 2>/dev/null || true)
        if [ -z "$pid" ]; then # not holding the lock yet: the stage process of the job
@@ -204,7 +205,7 @@ while [ $interrupted -lt "$N" ]; do
 done
 
 summary="$interrupted interrupted jobs (stages:$stages;"
-for m in "scancel" "scancel -s KILL" "kill -9"; do summary="$summary $m ${by_method[$m]:-0},"; done
+for m in "scancel" "scancel -b -s KILL" "kill -9"; do summary="$summary $m ${by_method[$m]:-0},"; done
 summary="$summary $took_over left a lock or staging directory that the rerun took over and removed; $finished finished before their kill)"
 [ ${#stamped[@]} -eq 0 ] || log "note: not byte-identical between runs, equal with time stamps and UUIDs masked: ${!stamped[*]}"
 log "PASS: $summary"
