@@ -26,6 +26,7 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Required: true, Usage: "pipeline config.yaml"},
 		&cli.IntFlag{Name: "cycle", Required: true, Usage: "cycle number"},
 		cliutil.WorkersFlag(),
+		cliutil.MemBudgetFlag(),
 	}
 	common = append(common, cliutil.LoggingFlags()...)
 	app.Commands = []*cli.Command{
@@ -72,5 +73,5 @@ func withSetup(c *cli.Context, fn func(commandOptions) error) error {
 	if err != nil {
 		return err
 	}
-	return fn(commandOptions{ConfigPath: c.String("config"), Cycle: c.Int("cycle"), Workers: c.Int("workers"), Logger: lg})
+	return fn(commandOptions{ConfigPath: c.String("config"), Cycle: c.Int("cycle"), Workers: c.Int("workers"), MemBudget: c.Int("mem-budget"), Logger: lg})
 }
