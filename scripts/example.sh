@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs the pipeline's stitch stage through Snakemake on the small built-in
-# synthetic project, locally (no SLURM), on the CPU device, asked for
-# explicitly with `device: cpu` (this machine may have no GPU; production runs
-# use the GPU and never fall back to the CPU). Then scores the result against
-# the synthetic ground truth.
+# Runs the whole pipeline (stitch -> deconvolve -> edf -> registration) through
+# Snakemake on the small built-in synthetic project, locally (no SLURM), on the
+# CPU device, asked for explicitly with `device: cpu` (this machine may have no
+# GPU; production runs use the GPU and never fall back to the CPU). Then scores
+# the stitch result against the synthetic ground truth and lists the outputs.
 #
 # Usage (fresh Debian 12, as root or with sudo for apt): scripts/example.sh [dir]
 # Env: EXAMPLE_CORES (default: nproc)
@@ -29,9 +29,14 @@ bin/kintsugi-synth --preset tiny --out "$out" --kintsugi-dir "$repo" --device cp
 
 cores=${EXAMPLE_CORES:-$(nproc)}
 # Debian's snakemake runs on /usr/bin/python3 (a pyenv python3 on PATH lacks it).
-snakemake stitch_all --snakefile "$repo/Snakefile" --directory "$out" \
+snakemake registration --snakefile "$repo/Snakefile" --directory "$out" \
   --configfile "$out/config.yaml" --cores "$cores" --printshellcmds
 bin/kintsugi-accuracy --project "$out" --cycle 1
-echo "stitched planes: $out/data/processed/stitched/cyc*/CH*/NN.tif"
+p=$out/data/processed
+echo "stitched planes:     $p/stitched/cycNN/CH{c}/NN.tif"
+echo "deconvolved planes:  $p/deconvolved/cycNN/CH{c}/deconv_NNN.tif"
+echo "EDF images:          $(ls "$p"/edf/cyc01/*.tif | xargs -n1 basename | tr '\n' ' ')(per cycle, marker names)"
+echo "registered:          $p/registered/cycNN/<marker>.tif, $p/registered/registered.ome.tif"
+for m in "$p"/registered/qc/cyc*_metrics.json; do [ -f "$m" ] && echo "  $(basename "$m"): $(tr -d '\n ' < "$m" | grep -o '"ncc_[a-z_]*":[-0-9.e]*' | tr '\n' ' ')"; done
 echo "note: BaSiC cannot identify flatfield and darkfield from the 6 small tiles of this example; on a"
 echo "production-size cycle (63 tiles of 1440x1920) it recovers them to ~3 % and a few counts (README, Accuracy)."
