@@ -42,15 +42,16 @@ func TestMemBudgetChild(t *testing.T) {
 		eng = NewCPUEngine(workers)
 	}
 	cfg, err := config.Load(f[0])
+	var res *Result
 	if err == nil {
-		_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: eng, Workers: workers,
+		res, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: eng, Workers: workers,
 			Batch: batch, MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(cliutil.ExitCode(err))
 	}
-	fmt.Printf("VMHWM %d\n", membudget.PeakRSS())
+	fmt.Printf("VMHWM %d\nPLANES %d\n", membudget.PeakRSS(), res.PlanesInMemory)
 	os.Exit(0)
 }
 
@@ -68,6 +69,13 @@ func (c cheapFit) Fit(ctx context.Context, planes [][]*raster.Gray16, p basic.Pa
 // childRun runs the stage on cfgPath in a child process and returns its peak
 // resident set, its stderr and its exit code.
 func childRun(t *testing.T, cfgPath string, budget int64, batch, workers int) (int64, string, int) {
+	peak, _, stderr, code := childRunPlanes(t, cfgPath, budget, batch, workers)
+	return peak, stderr, code
+}
+
+// childRunPlanes is childRun that also returns the most raw planes the
+// stage held at once.
+func childRunPlanes(t *testing.T, cfgPath string, budget int64, batch, workers int) (int64, int, string, int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMemBudgetChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d,%d", childEnv, cfgPath, budget, batch, workers), "GOMEMLIMIT=", "GOGC=")
@@ -82,15 +90,19 @@ func childRun(t *testing.T, cfgPath string, budget int64, batch, workers int) (i
 		t.Fatal(err)
 	}
 	var peak int64
+	planes := 0
 	for _, line := range strings.Split(stdout.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, "VMHWM "); ok {
 			peak, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "PLANES "); ok {
+			planes, _ = strconv.Atoi(v)
 		}
 	}
 	if code == 0 && peak <= 0 {
 		t.Fatalf("child printed no peak:\n%s\n%s", stdout.String(), stderr.String())
 	}
-	return peak, stderr.String(), code
+	return peak, planes, stderr.String(), code
 }
 
 // budgetProject writes a one-channel cycle whose planes, not the runtime,
@@ -135,7 +147,7 @@ func outputs(t *testing.T, dir string) map[string][]byte {
 // resident set stays within its budget and its outputs are byte-identical.
 func TestMemBudgetHeld(t *testing.T) {
 	if testing.Short() {
-		t.Skip("two stage runs in child processes (about 15 s of CPU)")
+		t.Skip("two stage runs in child processes (about 20 s of CPU)")
 	}
 	cfgPath, cfg := budgetProject(t)
 	out := OutDir(cfg.ProjectDir, 1)
@@ -154,38 +166,47 @@ func TestMemBudgetHeld(t *testing.T) {
 	g := geometry{Tiles: 6, H: 1440, W: 1920, Workers: workers, WorkingDim: 128}
 	g.MosaicH, g.MosaicW = nominalMosaic(2, 1440, cfg), nominalMosaic(3, 1920, cfg)
 	minNeed := newMemModel(NewCPUEngine(workers), g, 0, 0, "").need(minPlan)
-	budget := free * 6 / 10
-	t.Logf("unconstrained peak %s; smallest working set %s; budget %s", membudget.Format(free), membudget.Format(minNeed), membudget.Format(budget))
-	if budget < minNeed {
-		t.Fatalf("test data too small: 60%% of the unconstrained peak (%s) is below the smallest working set (%s)",
-			membudget.Format(budget), membudget.Format(minNeed))
-	}
-	peak, stderr, code := childRun(t, cfgPath, budget, batch, workers)
-	if code != 0 {
-		t.Fatalf("run under %s: exit %d\n%s", membudget.Format(budget), code, stderr)
-	}
-	t.Logf("peak under the budget %s: %s", membudget.Format(budget), membudget.Format(peak))
-	if peak > budget {
-		t.Errorf("peak resident set %s exceeds the budget %s (unconstrained %s)", membudget.Format(peak), membudget.Format(budget), membudget.Format(free))
-	}
-	if !strings.Contains(stderr, "memory plan") && !strings.Contains(stderr, "planes_in_memory") {
-		// The plan is logged at info; the child logs to stderr through slog's default.
-		t.Logf("child log:\n%s", stderr)
-	}
-	got := outputs(t, out)
-	if len(got) != len(want) || len(got) < 13 {
-		t.Fatalf("%d output files under the budget, %d unconstrained", len(got), len(want))
-	}
-	for name, b := range want {
-		if !bytes.Equal(got[name], b) {
-			t.Errorf("%s differs between the unconstrained and the budgeted run", name)
+	// Two budgets well below the unconstrained peak: 60 % of it (a plan with
+	// some read-ahead) and just above the smallest working set (the
+	// tightest the stage accepts).
+	for _, budget := range []int64{free * 6 / 10, minNeed * 21 / 20} {
+		t.Logf("unconstrained peak %s; smallest working set %s; budget %s", membudget.Format(free), membudget.Format(minNeed), membudget.Format(budget))
+		if budget < minNeed || budget > free*3/4 {
+			t.Fatalf("test data too small: the budget %s is not between the smallest working set %s and 3/4 of the unconstrained peak %s",
+				membudget.Format(budget), membudget.Format(minNeed), membudget.Format(free))
+		}
+		peak, held, stderr, code := childRunPlanes(t, cfgPath, budget, batch, workers)
+		if code != 0 {
+			t.Fatalf("run under %s: exit %d\n%s", membudget.Format(budget), code, stderr)
+		}
+		plan := ""
+		if i := strings.Index(stderr, "memory plan"); i >= 0 {
+			plan, _, _ = strings.Cut(stderr[i:], "\n")
+		}
+		t.Logf("peak under the budget %s: %s, %d raw planes held at most (%s)", membudget.Format(budget), membudget.Format(peak), held, plan)
+		// The stage's own model has slack; the plan itself must be kept.
+		_, after, _ := strings.Cut(plan, "planes_in_memory=")
+		if planned, err := strconv.Atoi(strings.Fields(after + " x")[0]); err != nil || held < 1 || held > planned {
+			t.Errorf("%d raw planes held at once, the plan allows %q", held, plan)
+		}
+		if peak > budget {
+			t.Errorf("peak resident set %s exceeds the budget %s (unconstrained %s)", membudget.Format(peak), membudget.Format(budget), membudget.Format(free))
+		}
+		got := outputs(t, out)
+		if len(got) != len(want) || len(got) < 13 {
+			t.Fatalf("%d output files under the budget, %d unconstrained", len(got), len(want))
+		}
+		for name, b := range want {
+			if !bytes.Equal(got[name], b) {
+				t.Errorf("%s differs between the unconstrained and the budgeted run", name)
+			}
+		}
+		if err := os.RemoveAll(out); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
 
-// TestMemBudgetTooSmall asks for a budget below the smallest working set:
-// the stage stops before any work with an error naming the budget, the
-// need and the config key, exit 2, and leaves nothing under stitched/.
 func TestMemBudgetTooSmall(t *testing.T) {
 	cfgPath, cfg := budgetProject(t)
 	_, stderr, code := childRun(t, cfgPath, 40*membudget.MB, 0, 2)

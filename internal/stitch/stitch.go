@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
@@ -69,6 +70,9 @@ type Result struct {
 	Positions []raster.Point
 	Planes    int
 	Timings   Timings
+	// PlanesInMemory is the most planes of raw tiles held at once (read,
+	// not yet blended), at most the memory plan's.
+	PlanesInMemory int
 }
 
 type plane struct{ ch, z int }
@@ -218,6 +222,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	readCtx, cancelRead := context.WithCancel(ctx)
 	defer cancelRead()
 	var readSecs float64
+	var inMem, maxInMem atomic.Int64 // planes read and not yet blended
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
@@ -226,6 +231,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			case slots <- struct{}{}:
 			case <-readCtx.Done():
 				return
+			}
+			if n := inMem.Add(1); n > maxInMem.Load() {
+				maxInMem.Store(n) // only this goroutine stores
 			}
 			t0 := time.Now()
 			tiles, err := cyc.ReadPlane(readCtx, pl.z, pl.ch, workers)
@@ -308,6 +316,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			// The plane's raw tiles are no longer needed: free its slot.
 			b[i].tiles = nil
 			collect()
+			inMem.Add(-1)
 			<-slots
 			chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", pl.ch))
 			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic, filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
@@ -341,7 +350,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	lg.Info("cycle stitched", "cycle", o.Cycle, "out", final, "planes", len(planes),
 		"read_s", f2(tm.Read), "fit_s", f2(tm.Fit), "align_s", f2(tm.Align), "correct_blend_s", f2(tm.CorrectBlend), "write_s", f2(tm.Write), "total_s", f2(tm.Total))
-	return &Result{OutDir: final, Positions: pos, Planes: len(planes), Timings: tm}, nil
+	return &Result{OutDir: final, Positions: pos, Planes: len(planes), Timings: tm, PlanesInMemory: int(maxInMem.Load())}, nil
 }
 
 // alignTiles corrects the reference plane on the CPU and aligns its tiles.
