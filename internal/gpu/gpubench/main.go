@@ -216,8 +216,8 @@ func run(ctx context.Context, f flags) error {
 	if peakErr != nil {
 		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
 	}
-	fmt.Printf("peak host memory of the stitch stage (VmHWM): %.2f GiB; budget %.2f GiB (%s), target <= 6 GiB: %s\n",
-		float64(peak)/(1<<30), float64(budget)/(1<<30), budgetSrc, map[bool]string{true: "met", false: "NOT met"}[peak <= 6<<30])
+	fmt.Printf("peak host memory of the stitch stage (VmHWM): %.2f GiB; budget %.2f GiB (%s), target <= 6 GiB: %s; at most %d planes of raw tiles held at once\n",
+		float64(peak)/(1<<30), float64(budget)/(1<<30), budgetSrc, map[bool]string{true: "met", false: "NOT met"}[peak <= 6<<30], res.PlanesInMemory)
 	ms, err := eng.MemInfo()
 	if err != nil {
 		return err
