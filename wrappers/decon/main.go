@@ -46,6 +46,7 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 		&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
 		&cli.IntFlag{Name: "gpu-mem-cap", Usage: "GPU memory the deconvolution may use, MB (overrides decon.memory_budget_mb; 0 = the config's, automatic when 0 there); stacks whose iterates exceed it are streamed through the GPU in y-slabs with the same result"},
 		cliutil.WorkersFlag(),
+		cliutil.MemBudgetFlag(),
 	}
 	devFlags = append(devFlags, cliutil.LoggingFlags()...)
 	cfgFlag := &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Required: true, Usage: "pipeline config.yaml"}
@@ -89,6 +90,12 @@ type opts struct {
 func withSetup(c *cli.Context, fn func(opts) error) error {
 	lg, err := cliutil.SetupLogging(c)
 	if err != nil {
+		return err
+	}
+	// The memory budget (--mem-budget, SLURM, cgroup, physical memory),
+	// logged with its source; it sets the Go soft limit (the stage has no
+	// budget option yet).
+	if _, _, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg); err != nil {
 		return err
 	}
 	return fn(opts{configPath: c.String("config"), workers: c.Int("workers"), device: c.String("device"),

@@ -34,6 +34,12 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 	if c.NArg() > 0 {
 		return cliutil.Usagef("unexpected arguments %v", c.Args().Slice())
 	}
+	// The memory budget (--mem-budget, SLURM, cgroup, physical memory),
+	// logged with its source; it sets the Go soft limit (the stage has no
+	// budget option yet).
+	if _, _, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg); err != nil {
+		return err
+	}
 	return fn(opts{configPath: c.String("config"), workers: c.Int("workers"), device: c.String("device"),
 		gpu: c.Int("gpu"), gpuDebug: c.Bool("gpu-debug"), lg: lg})
 }

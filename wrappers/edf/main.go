@@ -35,6 +35,7 @@ Both methods run on either device with the same results (index maps equal).`, ni
 		&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},
 		&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
 		cliutil.WorkersFlag(),
+		cliutil.MemBudgetFlag(),
 	}
 	devFlags = append(devFlags, cliutil.LoggingFlags()...)
 	app.Commands = []*cli.Command{

@@ -49,6 +49,7 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 		&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},
 		&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
 		cliutil.WorkersFlag(),
+		cliutil.MemBudgetFlag(),
 	}
 	devFlags = append(devFlags, cliutil.LoggingFlags()...)
 	app.Commands = []*cli.Command{
@@ -109,6 +110,12 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 	}
 	if c.NArg() > 0 {
 		return cliutil.Usagef("unexpected arguments %v", c.Args().Slice())
+	}
+	// The memory budget (--mem-budget, SLURM, cgroup, physical memory),
+	// logged with its source; it sets the Go soft limit (the stage has no
+	// budget option yet).
+	if _, _, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg); err != nil {
+		return err
 	}
 	return fn(opts{workers: c.Int("workers"), device: c.String("device"), gpu: c.Int("gpu"), gpuDebug: c.Bool("gpu-debug"), lg: lg})
 }
