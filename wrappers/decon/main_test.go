@@ -1,17 +1,15 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/deconstage"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -22,12 +20,7 @@ import (
 // nothing.
 func TestExecutable(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "kintsugi-decon")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := exectest.Build(t, "kintsugi-decon", ".")
 	o, err := synth.Preset("tiny")
 	if err != nil {
 		t.Fatal(err)
@@ -121,19 +114,9 @@ func TestExecutable(t *testing.T) {
 			if i == 1 { // after the first case, the stitch sentinel exists
 				os.WriteFile(sentinel, []byte("stage=stitch\n"), 0o644)
 			}
-			cmd := exec.Command(bin, tc.args...)
-			cmd.Env = append(os.Environ(), "KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=")
-			cmd.Env = append(cmd.Env, tc.env...)
-			msg, err := cmd.CombinedOutput()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
+			msg, code := exectest.Run(t, bin, tc.env, tc.args...)
+			if err := exectest.Check(msg, code, tc.code, tc.want); err != nil {
 				t.Fatal(err)
-			}
-			if code != tc.code || !strings.Contains(string(msg), tc.want) {
-				t.Fatalf("exit %d (want %d), output lacks %q:\n%s", code, tc.code, tc.want, msg)
 			}
 			_, statErr := os.Stat(filepath.Join(out, ".snakemake_complete"))
 			if tc.args[0] == "run" && (tc.code == 0) != (statErr == nil) {

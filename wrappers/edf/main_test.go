@@ -1,15 +1,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -19,12 +17,7 @@ import (
 // do: exit codes, messages, outputs, and nothing written on refusal.
 func TestExecutable(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "kintsugi-edf")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := exectest.Build(t, "kintsugi-edf", ".")
 	o, err := synth.Preset("tiny")
 	if err != nil {
 		t.Fatal(err)
@@ -81,19 +74,9 @@ func TestExecutable(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(bin, c.args...)
-			cmd.Env = append(os.Environ(), "SLURM_CPUS_PER_TASK=", "cpus_per_task=", "KINTSUGI_DEVICE_MODE=")
-			cmd.Env = append(cmd.Env, c.env...)
-			out, err := cmd.CombinedOutput()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
+			out, code := exectest.Run(t, bin, c.env, c.args...)
+			if err := exectest.Check(out, code, c.code, c.want); err != nil {
 				t.Fatal(err)
-			}
-			if code != c.code || !strings.Contains(string(out), c.want) {
-				t.Fatalf("exit %d, want %d with %q; output:\n%s", code, c.code, c.want, out)
 			}
 		})
 	}

@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -59,12 +58,7 @@ func project(t *testing.T, dir string, ref int) string {
 // users do, checking exit codes, messages and outputs.
 func TestExecutable(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "kintsugi-register")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := exectest.Build(t, "kintsugi-register", ".")
 	good := project(t, filepath.Join(dir, "good"), 1)
 	badRef := project(t, filepath.Join(dir, "badref"), 9)
 	noSent := project(t, filepath.Join(dir, "nosent"), 1)
@@ -97,18 +91,9 @@ func TestExecutable(t *testing.T) {
 		{"apply missing transform", nil, []string{"apply", "--transform", dir + "/none.json", "--in", fixed, "--out", dir + "/x.tif", "--device", "cpu"}, 2, "none.json"},
 	}
 	for _, c := range cases {
-		cmd := exec.Command(bin, c.args...)
-		cmd.Env = append(os.Environ(), c.env...)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if code != c.code || !strings.Contains(string(out), c.want) {
-			t.Errorf("%s: exit %d, want %d; output lacks %q:\n%s", c.name, code, c.code, c.want, out)
+		out, code := exectest.Run(t, bin, c.env, c.args...)
+		if err := exectest.Check(out, code, c.code, c.want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
 		}
 		if c.code == 2 && strings.Contains(c.name, "sentinel") {
 			if _, err := os.Stat(filepath.Join(dir, "nosent", "data", "processed", "registered")); err == nil {

@@ -1,0 +1,81 @@
+// Package exectest builds the project's executables inside tests and runs
+// them as users and the Snakefile do: with a clean device and worker
+// environment, returning the combined output and the exit code.
+//
+// A test builds each executable once (Build) and then runs it per case
+// (Run, or Output for a command it prepared itself, e.g. behind a shell);
+// Check states the one rule every case asserts: the exit code, and a
+// message naming what was wrong.
+package exectest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Build compiles the main package pkg (a directory as `go build` takes it,
+// relative to the test's working directory: "." for the package under test,
+// "../../wrappers/decon" from elsewhere) without cgo, so without the cuda
+// tag, into a temporary directory of t as an executable called name, and
+// returns its path. A failed build is fatal.
+func Build(t testing.TB, name, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
+// CleanEnv clears what would otherwise choose the device or the worker
+// count from the test's own environment (a test run inside a SLURM job, or
+// with KINTSUGI_DEVICE_MODE set).
+var CleanEnv = []string{"KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task="}
+
+// Env returns the process environment with CleanEnv applied, then extra
+// (later entries win).
+func Env(extra ...string) []string {
+	env := append(os.Environ(), CleanEnv...)
+	return append(env, extra...)
+}
+
+// Run runs bin with args in Env(env...) and returns its combined stdout and
+// stderr and its exit code.
+func Run(t testing.TB, bin string, env []string, args ...string) ([]byte, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = Env(env...)
+	return Output(t, cmd)
+}
+
+// Output runs cmd and returns its combined stdout and stderr and its exit
+// code; a command that could not be started is fatal.
+func Output(t testing.TB, cmd *exec.Cmd) ([]byte, int) {
+	t.Helper()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return out, ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%s: %v", cmd.Path, err)
+	}
+	return out, 0
+}
+
+// Check returns an error unless the run exited with wantCode and its output
+// contains want; the error quotes the output shown (the caller passes the
+// whole output or a tail of it).
+func Check(out []byte, code, wantCode int, want string) error {
+	if code != wantCode || !strings.Contains(string(out), want) {
+		return fmt.Errorf("exit %d (want %d), output lacks %q:\n%s", code, wantCode, want, out)
+	}
+	return nil
+}
