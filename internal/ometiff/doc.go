@@ -30,7 +30,7 @@
 //     (ID "Channel:0:c", Name, SamplesPerPixel 1) per channel; one TiffData
 //     per channel (FirstC c, IFD c, PlaneCount 1) whose UUID element names
 //     the file (FileName is the base name) with the document's UUID, as
-//     Bio-Formats writes it; OME UUID="urn:uuid:<random v4>" and Creator.
+//     Bio-Formats writes it; OME UUID="urn:uuid:<SHA-256 of the content, v8>" and Creator.
 //
 // # Memory and concurrency
 //

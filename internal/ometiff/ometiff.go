@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"compress/zlib"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
@@ -101,7 +103,7 @@ func layout(path string, width, height int, channels []Channel, o Options) ([]if
 	for c, ch := range channels {
 		names[c] = ch.Name
 	}
-	desc := omeXML(newUUID(), filepath.Base(path), width, height, names, o.PixelSizeNM/1000)
+	desc := omeXML(placeholderUUID, filepath.Base(path), width, height, names, o.PixelSizeNM/1000)
 	levels := LevelSizes(width, height)
 	specs := make([]ifdSpec, 0, len(channels)*len(levels))
 	for c := range channels {
@@ -142,7 +144,11 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 		if !ok { // atomicfile hands over the temp *os.File
 			return fmt.Errorf("internal error: %T is not an io.WriterAt", w)
 		}
-		bw := bufio.NewWriterSize(w, bufferSize)
+		// Everything written after the metadata block is hashed, with the
+		// metadata, into the document's UUID.
+		sum := sha256.New()
+		sum.Write([]byte(specs[0].desc))
+		bw := bufio.NewWriterSize(io.MultiWriter(w, sum), bufferSize)
 		if _, err := bw.Write(make([]byte, dataStart)); err != nil { // metadata, written last
 			return err
 		}
@@ -165,6 +171,11 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 		if err := bw.Flush(); err != nil {
 			return err
 		}
+		desc := strings.Replace(specs[0].desc, placeholderUUID, contentUUID(sum.Sum(nil)), -1)
+		if len(desc) != len(specs[0].desc) {
+			panic("ometiff: the UUID changed the metadata's length")
+		}
+		specs[0].desc = desc
 		meta := bigHeader(specs[0].pos)
 		for i := range specs {
 			meta = append(meta, specs[i].encode(specs)...)

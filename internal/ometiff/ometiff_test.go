@@ -319,9 +319,10 @@ func samePlane(t *testing.T, what string, got, want *raster.Gray16) {
 	}
 }
 
-// TestWorkersSameBytes: the tile order and content do not depend on the
-// worker count (the files differ only in the random UUID). 256-px tiles on
-// a 1100 x 700 image: 2 levels, partial edge tiles on both.
+// TestWorkersSameBytes: the file does not depend on the worker count, and a
+// rerun writes the same bytes (the UUID is a hash of the content); other
+// pixels give another UUID. 256-px tiles on a 1100 x 700 image: 2 levels,
+// partial edge tiles on both.
 func TestWorkersSameBytes(t *testing.T) {
 	const w, h = 1100, 700
 	rng := rand.New(rand.NewPCG(3, 3))
@@ -332,7 +333,14 @@ func TestWorkersSameBytes(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "w.ome.tif")
 	var files [][]byte
-	for _, workers := range []int{1, 4} {
+	uuidOf := func(b []byte) string {
+		i := bytes.Index(b, []byte(`UUID="urn:uuid:`))
+		if i < 0 {
+			t.Fatal("no UUID in the file")
+		}
+		return string(b[i+6 : i+6+9+36])
+	}
+	for _, workers := range []int{1, 4, 1} {
 		if err := Write(context.Background(), path, w, h, ch, Options{PixelSizeNM: 500, Workers: workers, TileSize: 256}); err != nil {
 			t.Fatal(err)
 		}
@@ -340,16 +348,27 @@ func TestWorkersSameBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := bytes.Index(b, []byte(`UUID="urn:uuid:`))
-		if i < 0 {
-			t.Fatal("no UUID in the file")
-		}
-		uuid := b[i+6 : i+6+9+36]
-		files = append(files, bytes.ReplaceAll(b, uuid, []byte("urn:uuid:00000000-0000-0000-0000-000000000000")))
+		files = append(files, b)
 	}
-	if !bytes.Equal(files[0], files[1]) {
-		t.Fatal("1 and 4 workers wrote different files")
+	if !bytes.Equal(files[0], files[1]) || !bytes.Equal(files[0], files[2]) {
+		t.Fatal("1 and 4 workers, or a rerun, wrote different files")
 	}
+	if u := uuidOf(files[0]); u == placeholderUUID {
+		t.Fatalf("UUID %s is the placeholder", u)
+	}
+	planes[1].Pix[12345]++
+	other := filepath.Join(t.TempDir(), "o.ome.tif")
+	if err := Write(context.Background(), other, w, h, ch, Options{PixelSizeNM: 500, TileSize: 256}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uuidOf(b) == uuidOf(files[0]) {
+		t.Fatal("one changed pixel kept the UUID")
+	}
+	planes[1].Pix[12345]--
 	pages, err := tiffio.ReadGray16Pages(path)
 	if err != nil {
 		t.Fatal(err)

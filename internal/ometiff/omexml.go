@@ -1,7 +1,6 @@
 package ometiff
 
 import (
-	"crypto/rand"
 	"encoding/xml"
 	"fmt"
 	"strconv"
@@ -11,11 +10,18 @@ import (
 // Creator is the OME Creator attribute of the files this package writes.
 const Creator = "KINTSUGI-Go ometiff"
 
-// newUUID returns a random (version 4) UUID as "urn:uuid:xxxxxxxx-...".
-func newUUID() string {
+// placeholderUUID holds the UUID's place in the layout until the tiles are
+// written (every UUID has the same length, so the layout does not move).
+const placeholderUUID = "urn:uuid:00000000-0000-8000-8000-000000000000"
+
+// contentUUID returns a name-based UUID (RFC 9562 version 8: the first 16
+// bytes of a SHA-256) of the file's content, as "urn:uuid:xxxxxxxx-...":
+// unique to the pixels and metadata, and the same for the same output, so a
+// rerun writes a byte-identical file.
+func contentUUID(sum []byte) string {
 	var b [16]byte
-	rand.Read(b[:]) // never fails (crypto/rand panics on the impossible)
-	b[6] = b[6]&0x0f | 0x40
+	copy(b[:], sum)
+	b[6] = b[6]&0x0f | 0x80
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("urn:uuid:%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
