@@ -41,8 +41,8 @@
 // write buffer. Before each load after the first, Write runs the garbage
 // collector so that the previous plane is gone, not just unreferenced.
 // Tiles are compressed by Options.Workers goroutines and written in file
-// order, so the output is byte-identical for any worker count (apart from
-// the UUID).
+// order, so the output is byte-identical for any worker count and on a
+// rerun (the UUID is a hash of the content).
 //
 // The file is written through a temp file in the destination directory and
 // renamed into place (package atomicfile); any error, cancellation included,
