@@ -23,8 +23,12 @@ func OpenGPU(index int, debug bool) (*GPUEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open GPU %d: %w", index, err)
 	}
-	return &GPUEngine{e: e, d: e.Deconvolver()}, nil
+	return NewGPUEngine(e), nil
 }
+
+// NewGPUEngine runs the stage on the open engine e; closing the result
+// closes e.
+func NewGPUEngine(e *gpu.Engine) *GPUEngine { return &GPUEngine{e: e, d: e.Deconvolver()} }
 
 // Name describes the device.
 func (g *GPUEngine) Name() string { return "gpu " + g.e.Device() }

@@ -7,16 +7,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil/stagecli"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/deconstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
@@ -40,15 +38,9 @@ memory_budget_mb 0 = automatic) and the microscope keys (xy_pixel_size,
 z_step_size, numerical_aperture, tissue_refractive_index, wavelengths).
 The device is the GPU unless --device cpu (or KINTSUGI_DEVICE_MODE=cpu) is
 given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, nil)
-	devFlags := []cli.Flag{
-		cliutil.DeviceFlag(),
-		&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},
-		&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
+	devFlags := stagecli.Flags(
 		&cli.IntFlag{Name: "gpu-mem-cap", Usage: "GPU memory the deconvolution may use, MB (overrides decon.memory_budget_mb; 0 = the config's, automatic when 0 there); stacks whose iterates exceed it are streamed through the GPU in y-slabs with the same result"},
-		cliutil.WorkersFlag(),
-		cliutil.MemBudgetFlag(),
-	}
-	devFlags = append(devFlags, cliutil.LoggingFlags()...)
+	)
 	cfgFlag := &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Required: true, Usage: "pipeline config.yaml"}
 	app.Commands = []*cli.Command{
 		{
@@ -78,96 +70,69 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 }
 
 type opts struct {
+	stagecli.Opts
 	configPath string
-	workers    int
-	device     string
-	gpu        int
-	gpuDebug   bool
 	memCapMB   int
-	lg         *slog.Logger
 }
 
 func withSetup(c *cli.Context, fn func(opts) error) error {
-	lg, err := cliutil.SetupLogging(c)
+	so, err := stagecli.Setup(c, false)
 	if err != nil {
 		return err
 	}
-	// The memory budget (--mem-budget, SLURM, cgroup, physical memory),
-	// logged with its source; it sets the Go soft limit (the stage has no
-	// budget option yet).
-	if _, _, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg); err != nil {
-		return err
-	}
-	return fn(opts{configPath: c.String("config"), workers: c.Int("workers"), device: c.String("device"),
-		gpu: c.Int("gpu"), gpuDebug: c.Bool("gpu-debug"), memCapMB: c.Int("gpu-mem-cap"), lg: lg})
+	return fn(opts{Opts: so, configPath: c.String("config"), memCapMB: c.Int("gpu-mem-cap")})
 }
 
-// setup loads the config, decides the workers and opens the engine.
-func setup(o opts) (*config.Config, int, deconstage.Engine, bool, error) {
-	cfg, err := config.Load(o.configPath)
-	if err != nil {
-		return nil, 0, nil, false, cliutil.AsUsage(err)
+// setup loads the config, decides the workers and opens the engine;
+// release frees it.
+func setup(o opts) (cfg *config.Config, workers int, eng deconstage.Engine, cpu bool, release func(), err error) {
+	if cfg, err = stagecli.LoadConfig(o.configPath); err != nil {
+		return nil, 0, nil, false, nil, err
 	}
-	n, src, err := cliutil.Workers(o.workers, os.Getenv)
+	n, dev, err := o.Resolve()
 	if err != nil {
-		return nil, 0, nil, false, err
-	}
-	o.lg.Info("workers", "count", n, "source", src)
-	dev, err := cliutil.ParseDevice(o.device)
-	if err != nil {
-		return nil, 0, nil, false, err
+		return nil, 0, nil, false, nil, err
 	}
 	if o.memCapMB < 0 {
-		return nil, 0, nil, false, cliutil.Usagef("--gpu-mem-cap %d: want MB >= 0", o.memCapMB)
+		return nil, 0, nil, false, nil, cliutil.Usagef("--gpu-mem-cap %d: want MB >= 0", o.memCapMB)
 	}
 	if o.memCapMB > 0 {
 		if dev == cliutil.DeviceCPU {
-			return nil, 0, nil, false, cliutil.Usagef("--gpu-mem-cap applies to the GPU; with --device cpu set decon.memory_budget_mb")
+			return nil, 0, nil, false, nil, cliutil.Usagef("--gpu-mem-cap applies to the GPU; with --device cpu set decon.memory_budget_mb")
 		}
 		cfg.Decon.MemoryBudgetMB = o.memCapMB
-		o.lg.Info("GPU memory cap", "MB", o.memCapMB, "source", "--gpu-mem-cap")
+		o.Logger.Info("GPU memory cap", "MB", o.memCapMB, "source", "--gpu-mem-cap")
 	}
-	if dev == cliutil.DeviceCPU {
-		o.lg.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")
-		return cfg, n, deconstage.CPUEngine{Workers: n}, true, nil
-	}
-	g, err := deconstage.OpenGPU(o.gpu, o.gpuDebug)
+	eng, release, err = stagecli.Open(o.Opts, dev,
+		func() deconstage.Engine { return deconstage.CPUEngine{Workers: n} },
+		func(e *gpu.Engine) deconstage.Engine { return deconstage.NewGPUEngine(e) })
 	if err != nil {
-		if errors.Is(err, gpu.ErrNoCUDA) {
-			return nil, 0, nil, false, cliutil.AsUsage(err)
-		}
-		return nil, 0, nil, false, err
+		return nil, 0, nil, false, nil, err
 	}
-	o.lg.Info("engine", "device", g.Name())
-	return cfg, n, g, false, nil
+	return cfg, n, eng, dev == cliutil.DeviceCPU, release, nil
 }
 
-func asExit(err error) error {
-	if errors.Is(err, deconstage.ErrInput) {
-		return cliutil.AsUsage(err)
-	}
-	return err
-}
+func asExit(err error) error { return stagecli.InputAsUsage(err, deconstage.ErrInput) }
 
 func runCommand(ctx context.Context, o opts, cycle int) error {
-	cfg, workers, eng, cpu, err := setup(o)
+	cfg, workers, eng, cpu, release, err := setup(o)
 	if err != nil {
 		return err
 	}
-	defer eng.Close()
-	if !slices.Contains(cfg.Cycles, cycle) {
-		return cliutil.Usagef("--cycle %d: not in the config's cycles %v", cycle, cfg.Cycles)
+	defer release()
+	if err := stagecli.CheckCycle(cfg, cycle); err != nil {
+		return err
 	}
-	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.lg, CPU: cpu})
+	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.Logger, CPU: cpu})
 	return asExit(err)
 }
 
 func tileCommand(ctx context.Context, o opts, in, out string, ch int) error {
-	cfg, workers, eng, cpu, err := setup(o)
+	cfg, workers, eng, cpu, release, err := setup(o)
 	if err != nil {
 		return err
 	}
-	defer eng.Close()
+	defer release()
 	if !slices.Contains(cfg.Channels, ch) {
 		return cliutil.Usagef("--channel %d: not in the config's channels %v", ch, cfg.Channels)
 	}
@@ -183,7 +148,7 @@ func tileCommand(ctx context.Context, o opts, in, out string, ch int) error {
 	if err := tiffio.WriteGray16Pages(out, deconstage.ToPages(res)); err != nil {
 		return err
 	}
-	o.lg.Info("tile deconvolved", "in", in, "out", out, "channel", ch, "z", st.N, "size", fmt.Sprintf("%dx%d", st.W, st.H),
+	o.Logger.Info("tile deconvolved", "in", in, "out", out, "channel", ch, "z", st.N, "size", fmt.Sprintf("%dx%d", st.W, st.H),
 		"psf", k.String()+" (x,y,z)", "iterations", s.Iterations, "seconds", fmt.Sprintf("%.2f", time.Since(t0).Seconds()))
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil/stagecli"
 )
 
 func main() {
@@ -30,14 +31,7 @@ channel that fails the gate fails the cycle (exit 2, nothing written).
 The device is the GPU unless --device cpu (or KINTSUGI_DEVICE_MODE=cpu) is
 given; a GPU that cannot be used is an error, never a switch to the CPU.
 Both methods run on either device with the same results (index maps equal).`, nil, nil)
-	devFlags := []cli.Flag{
-		cliutil.DeviceFlag(),
-		&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},
-		&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
-		cliutil.WorkersFlag(),
-		cliutil.MemBudgetFlag(),
-	}
-	devFlags = append(devFlags, cliutil.LoggingFlags()...)
+	devFlags := stagecli.Flags()
 	app.Commands = []*cli.Command{
 		{
 			Name:  "run",

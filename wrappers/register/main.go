@@ -8,15 +8,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil/stagecli"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
@@ -44,14 +42,7 @@ whose DAPI agrees worse with the reference after registration than before
 is an error (exit 2), never a silent copy.
 The device is the GPU unless --device cpu (or KINTSUGI_DEVICE_MODE=cpu) is
 given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, nil)
-	devFlags := []cli.Flag{
-		cliutil.DeviceFlag(),
-		&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},
-		&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
-		cliutil.WorkersFlag(),
-		cliutil.MemBudgetFlag(),
-	}
-	devFlags = append(devFlags, cliutil.LoggingFlags()...)
+	devFlags := stagecli.Flags()
 	app.Commands = []*cli.Command{
 		{
 			Name:  "run",
@@ -95,76 +86,44 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 	cliutil.Main(app)
 }
 
-type opts struct {
-	workers  int
-	device   string
-	gpu      int
-	gpuDebug bool
-	lg       *slog.Logger
-}
+type opts = stagecli.Opts
 
 func withSetup(c *cli.Context, fn func(opts) error) error {
-	lg, err := cliutil.SetupLogging(c)
+	o, err := stagecli.Setup(c, true)
 	if err != nil {
 		return err
 	}
-	if c.NArg() > 0 {
-		return cliutil.Usagef("unexpected arguments %v", c.Args().Slice())
-	}
-	// The memory budget (--mem-budget, SLURM, cgroup, physical memory),
-	// logged with its source; it sets the Go soft limit (the stage has no
-	// budget option yet).
-	if _, _, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg); err != nil {
-		return err
-	}
-	return fn(opts{workers: c.Int("workers"), device: c.String("device"), gpu: c.Int("gpu"), gpuDebug: c.Bool("gpu-debug"), lg: lg})
+	return fn(o)
 }
 
 // backend decides the workers and opens the engine; close releases it.
 func backend(o opts) (be register.Backend, workers int, dev cliutil.Device, close func(), err error) {
-	n, src, err := cliutil.Workers(o.workers, os.Getenv)
+	n, dev, err := o.Resolve()
 	if err != nil {
 		return nil, 0, "", nil, err
 	}
-	o.lg.Info("workers", "count", n, "source", src)
-	dev, err = cliutil.ParseDevice(o.device)
+	be, close, err = stagecli.Open(o, dev,
+		func() register.Backend { return register.CPU{Workers: n} },
+		func(e *gpu.Engine) register.Backend { return e.Registrar() })
 	if err != nil {
 		return nil, 0, "", nil, err
 	}
-	if dev == cliutil.DeviceCPU {
-		o.lg.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")
-		return register.CPU{Workers: n}, n, dev, func() {}, nil
-	}
-	e, err := gpu.Open(gpu.Options{Device: o.gpu, Debug: o.gpuDebug})
-	if err != nil {
-		err = fmt.Errorf("open GPU %d: %w", o.gpu, err)
-		if errors.Is(err, gpu.ErrNoCUDA) {
-			return nil, 0, "", nil, cliutil.AsUsage(err)
-		}
-		return nil, 0, "", nil, err
-	}
-	o.lg.Info("engine", "device", e.Name())
-	return e.Registrar(), n, dev, func() { e.Close() }, nil
+	return be, n, dev, close, nil
 }
 
-func asExit(err error) error {
-	if errors.Is(err, regstage.ErrInput) {
-		return cliutil.AsUsage(err)
-	}
-	return err
-}
+func asExit(err error) error { return stagecli.InputAsUsage(err, regstage.ErrInput) }
 
 func runCommand(ctx context.Context, o opts, cfgPath string) error {
-	cfg, err := config.Load(cfgPath)
+	cfg, err := stagecli.LoadConfig(cfgPath)
 	if err != nil {
-		return cliutil.AsUsage(err)
+		return err
 	}
 	be, workers, dev, closeBE, err := backend(o)
 	if err != nil {
 		return err
 	}
 	defer closeBE()
-	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Backend: be, Workers: workers, Logger: o.lg, Device: string(dev)})
+	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Backend: be, Workers: workers, Logger: o.Logger, Device: string(dev)})
 	return asExit(err)
 }
 
@@ -173,9 +132,9 @@ func runCommand(ctx context.Context, o opts, cfgPath string) error {
 func pairParams(cfgPath string, rigidOnly bool) (register.Params, error) {
 	r := config.DefaultRegistration()
 	if cfgPath != "" {
-		cfg, err := config.Load(cfgPath)
+		cfg, err := stagecli.LoadConfig(cfgPath)
 		if err != nil {
-			return register.Params{}, cliutil.AsUsage(err)
+			return register.Params{}, err
 		}
 		r = cfg.Registration
 	}
@@ -203,7 +162,7 @@ func pairCommand(ctx context.Context, o opts, cfgPath, fixed, moving, out string
 		return asExit(err)
 	}
 	m := r.Metrics
-	o.lg.Info("pair registered", "fixed", fixed, "moving", moving, "out", out, "mapping", regstage.Describe(&r.Mapping),
+	o.Logger.Info("pair registered", "fixed", fixed, "moving", moving, "out", out, "mapping", regstage.Describe(&r.Mapping),
 		"ncc", fmt.Sprintf("%.4f -> %.4f -> %.4f", m.NCCBefore, m.NCCRigid, m.NCCNonRigid), "seconds", fmt.Sprintf("%.2f", time.Since(t0).Seconds()))
 	return nil
 }
@@ -218,6 +177,6 @@ func applyCommand(ctx context.Context, o opts, transform, in, out string) error 
 	if err != nil {
 		return asExit(err)
 	}
-	o.lg.Info("transform applied", "in", in, "out", out, "mapping", regstage.Describe(m))
+	o.Logger.Info("transform applied", "in", in, "out", out, "mapping", regstage.Describe(m))
 	return nil
 }
