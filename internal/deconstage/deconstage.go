@@ -39,12 +39,9 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// ErrInput marks errors caused by the input data or config (exit code 2).
-var ErrInput = errors.New("bad input")
-
-func inputf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInput, fmt.Sprintf(format, args...))
-}
+// ErrInput marks errors caused by the input data or config (exit code 2);
+// it is staging.ErrInput, shared by every stage.
+var ErrInput = staging.ErrInput
 
 // Engine is a device that deconvolves stacks.
 type Engine interface {
@@ -162,7 +159,7 @@ var planeRE = regexp.MustCompile(`^(\d+)\.tif$`)
 func Planes(dir string, nz int) (paths []string, w, h int, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, 0, 0, inputf("stitched channel directory %s: %v", dir, err)
+		return nil, 0, 0, staging.Inputf("stitched channel directory %s: %v", dir, err)
 	}
 	type pl struct {
 		z    int
@@ -178,15 +175,15 @@ func Planes(dir string, nz int) (paths []string, w, h int, err error) {
 		ps = append(ps, pl{z, filepath.Join(dir, e.Name())})
 	}
 	if len(ps) == 0 {
-		return nil, 0, 0, inputf("%s: no stitched planes {z:02d}.tif", dir)
+		return nil, 0, 0, staging.Inputf("%s: no stitched planes {z:02d}.tif", dir)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].z < ps[j].z })
 	for i := 1; i < len(ps); i++ {
 		if ps[i].z == ps[i-1].z {
-			return nil, 0, 0, inputf("%s and %s: the same z-plane twice", ps[i-1].path, ps[i].path)
+			return nil, 0, 0, staging.Inputf("%s and %s: the same z-plane twice", ps[i-1].path, ps[i].path)
 		}
 		if ps[i].z != ps[i-1].z+1 {
-			return nil, 0, 0, inputf("%s: missing plane %02d.tif (planes %d..%d present)", dir, ps[i-1].z+1, ps[0].z, ps[len(ps)-1].z)
+			return nil, 0, 0, staging.Inputf("%s: missing plane %02d.tif (planes %d..%d present)", dir, ps[i-1].z+1, ps[0].z, ps[len(ps)-1].z)
 		}
 	}
 	if nz > 0 && len(ps) != nz {
@@ -194,20 +191,20 @@ func Planes(dir string, nz int) (paths []string, w, h int, err error) {
 		if len(ps) > nz {
 			what = "extra"
 		}
-		return nil, 0, 0, inputf("%s: %d planes (%02d..%02d), n_zplanes is %d: %s plane(s)", dir, len(ps), ps[0].z, ps[len(ps)-1].z, nz, what)
+		return nil, 0, 0, staging.Inputf("%s: %d planes (%02d..%02d), n_zplanes is %d: %s plane(s)", dir, len(ps), ps[0].z, ps[len(ps)-1].z, nz, what)
 	}
 	for i, p := range ps {
 		info, err := tiffio.ReadInfo(p.path)
 		if err != nil {
-			return nil, 0, 0, inputf("%s: %v", p.path, err)
+			return nil, 0, 0, staging.Inputf("%s: %v", p.path, err)
 		}
 		if info.SamplesPerPixel != 1 || info.BitsPerSample != 16 || info.SampleFormat == 3 {
-			return nil, 0, 0, inputf("%s: want a uint16 grey plane (%d bits, format %d, %d samples)", p.path, info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
+			return nil, 0, 0, staging.Inputf("%s: want a uint16 grey plane (%d bits, format %d, %d samples)", p.path, info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
 		}
 		if i == 0 {
 			w, h = info.Width, info.Height
 		} else if info.Width != w || info.Height != h {
-			return nil, 0, 0, inputf("%s is %dx%d, %s is %dx%d: stitched planes of one channel must have one size", p.path, info.Width, info.Height, ps[0].path, w, h)
+			return nil, 0, 0, staging.Inputf("%s is %dx%d, %s is %dx%d: stitched planes of one channel must have one size", p.path, info.Width, info.Height, ps[0].path, w, h)
 		}
 		paths = append(paths, p.path)
 	}
@@ -220,10 +217,10 @@ func ReadStack(ctx context.Context, paths []string, w, h, workers int) (*raster.
 	err := par.ForEach(ctx, len(paths), workers, func(i int) error {
 		img, err := tiffio.ReadGray16(paths[i])
 		if err != nil {
-			return inputf("%s: %v", paths[i], err)
+			return staging.Inputf("%s: %v", paths[i], err)
 		}
 		if img.W != w || img.H != h {
-			return inputf("%s is %dx%d, want %dx%d", paths[i], img.W, img.H, w, h)
+			return staging.Inputf("%s is %dx%d, want %dx%d", paths[i], img.W, img.H, w, h)
 		}
 		dst := st.Plane(i)
 		for j, v := range img.Pix {
@@ -239,13 +236,13 @@ func ReadStack(ctx context.Context, paths []string, w, h, workers int) (*raster.
 func ReadTileStack(path string) (*raster.Stack, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, inputf("--in %s: %v", path, err)
+		return nil, staging.Inputf("--in %s: %v", path, err)
 	}
 	var pages []*raster.Gray16
 	if fi.IsDir() {
 		ents, err := os.ReadDir(path)
 		if err != nil {
-			return nil, inputf("--in %s: %v", path, err)
+			return nil, staging.Inputf("--in %s: %v", path, err)
 		}
 		var names []string
 		for _, e := range ents {
@@ -257,23 +254,23 @@ func ReadTileStack(path string) (*raster.Stack, error) {
 		for _, n := range names {
 			img, err := tiffio.ReadGray16(filepath.Join(path, n))
 			if err != nil {
-				return nil, inputf("%s: %v", filepath.Join(path, n), err)
+				return nil, staging.Inputf("%s: %v", filepath.Join(path, n), err)
 			}
 			pages = append(pages, img)
 		}
 	} else {
 		pages, err = tiffio.ReadGray16Pages(path)
 		if err != nil {
-			return nil, inputf("%s: %v", path, err)
+			return nil, staging.Inputf("%s: %v", path, err)
 		}
 	}
 	if len(pages) == 0 {
-		return nil, inputf("--in %s: no TIFF planes", path)
+		return nil, staging.Inputf("--in %s: no TIFF planes", path)
 	}
 	st := raster.NewStack(len(pages), pages[0].H, pages[0].W)
 	for i, p := range pages {
 		if p.W != st.W || p.H != st.H {
-			return nil, inputf("--in %s: plane %d is %dx%d, plane 1 is %dx%d", path, i+1, p.W, p.H, st.W, st.H)
+			return nil, staging.Inputf("--in %s: plane %d is %dx%d, plane 1 is %dx%d", path, i+1, p.W, p.H, st.W, st.H)
 		}
 		for j, v := range p.Pix {
 			st.Pix[i*st.H*st.W+j] = float32(v)
@@ -348,11 +345,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	workers := max(1, o.Workers)
 	in := InputDir(cfg.ProjectDir, o.Cycle)
-	if _, err := os.Stat(filepath.Join(in, ".snakemake_complete")); err != nil {
-		return nil, inputf("%s: the stitch stage has not completed this cycle (no sentinel): %v", filepath.Join(in, ".snakemake_complete"), err)
+	if err := staging.RequireSentinel(in, o.Cycle, "stitch"); err != nil {
+		return nil, err
 	}
 	if len(cfg.Channels) == 0 {
-		return nil, inputf("config %s: key channels: empty", cfg.Path)
+		return nil, staging.Inputf("config %s: key channels: empty", cfg.Path)
 	}
 	// Every check before any output.
 	if _, err := Params(cfg); err != nil {

@@ -37,12 +37,9 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// ErrInput marks errors caused by the input data or configuration.
-var ErrInput = errors.New("bad input")
-
-func inputf(format string, args ...any) error {
-	return fmt.Errorf("%w: %w", ErrInput, fmt.Errorf(format, args...))
-}
+// ErrInput marks errors caused by the input data or configuration; it is
+// staging.ErrInput, shared by every stage.
+var ErrInput = staging.ErrInput
 
 // InputDir is deconvolved/cycNN of a project.
 func InputDir(project string, cycle int) string {
@@ -85,14 +82,14 @@ type Result struct {
 func Stack(project string, cycle, ch int) ([]string, error) {
 	dir := filepath.Join(InputDir(project, cycle), fmt.Sprintf("CH%d", ch))
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, inputf("channel %d: no deconvolved directory %s", ch, dir)
+		return nil, staging.Inputf("channel %d: no deconvolved directory %s", ch, dir)
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "deconv_*.tif"))
 	if err != nil {
 		return nil, err
 	}
 	if len(files) == 0 {
-		return nil, inputf("channel %d: no deconv_*.tif planes in %s", ch, dir)
+		return nil, staging.Inputf("channel %d: no deconv_*.tif planes in %s", ch, dir)
 	}
 	sort.Strings(files)
 	return files, nil
@@ -119,7 +116,7 @@ func ReadPlanes(ctx context.Context, files []string, workers int) ([]*raster.Gra
 func checkSizes(planes []*raster.Gray16, names []string) error {
 	for i, p := range planes {
 		if p.W != planes[0].W || p.H != planes[0].H {
-			return inputf("%s is %d x %d px, %s is %d x %d (W x H): the planes of a stack must have one size",
+			return staging.Inputf("%s is %d x %d px, %s is %d x %d (W x H): the planes of a stack must have one size",
 				names[i], p.W, p.H, names[0], planes[0].W, planes[0].H)
 		}
 	}
@@ -131,7 +128,7 @@ func checkSizes(planes []*raster.Gray16, names []string) error {
 func ReadStackPath(ctx context.Context, path string, workers int) ([]*raster.Gray16, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, inputf("--in %s: %v", path, err)
+		return nil, staging.Inputf("--in %s: %v", path, err)
 	}
 	if !st.IsDir() {
 		pages, err := tiffio.ReadGray16Pages(path)
@@ -150,7 +147,7 @@ func ReadStackPath(ctx context.Context, path string, workers int) ([]*raster.Gra
 		files = append(files, m...)
 	}
 	if len(files) == 0 {
-		return nil, inputf("--in %s: no *.tif planes in the directory", path)
+		return nil, staging.Inputf("--in %s: no *.tif planes in the directory", path)
 	}
 	sort.Strings(files)
 	return ReadPlanes(ctx, files, workers)
@@ -166,13 +163,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	p := edf.FromConfig(cfg.EDF)
 	if err := p.Validate(); err != nil {
-		return nil, inputf("%s: %w", cfg.Path, err)
+		return nil, staging.Inputf("%s: %w", cfg.Path, err)
 	}
 	g := edf.GateFromConfig(cfg.QualityGate)
 	in := InputDir(cfg.ProjectDir, o.Cycle)
-	sent := filepath.Join(in, ".snakemake_complete")
-	if _, err := os.Stat(sent); err != nil {
-		return nil, inputf("%s: the deconvolution stage has not completed cycle %d (no sentinel)", sent, o.Cycle)
+	if err := staging.RequireSentinel(in, o.Cycle, "decon"); err != nil {
+		return nil, err
 	}
 	// Output names: unique within the cycle.
 	names := map[string]int{}
@@ -180,7 +176,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for i, ch := range cfg.Channels {
 		name := cfg.EDFFileName(o.Cycle, ch)
 		if prev, dup := names[name]; dup {
-			return nil, inputf("%s: key channel_names.%d: channels %d and %d of cycle %d both give the output name %s",
+			return nil, staging.Inputf("%s: key channel_names.%d: channels %d and %d of cycle %d both give the output name %s",
 				cfg.Path, o.Cycle, prev, ch, o.Cycle, name)
 		}
 		names[name] = ch
@@ -237,7 +233,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		r, err := o.Fuser.EDF(ctx, ld.planes, g, p)
 		if err != nil {
 			if errors.Is(err, edf.ErrTooFewSlices) {
-				return nil, inputf("channel %d (%s): %w", ch, dir, err)
+				return nil, staging.Inputf("channel %d (%s): %w", ch, dir, err)
 			}
 			return nil, fmt.Errorf("channel %d (%s): %w", ch, dir, err)
 		}

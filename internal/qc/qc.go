@@ -30,7 +30,6 @@ package qc
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -54,8 +53,9 @@ import (
 // Stages, in pipeline order.
 var Stages = []string{"stitch", "decon", "edf", "registration"}
 
-// ErrInput marks a missing or unreadable input (exit 2 in kintsugi-qc).
-var ErrInput = errors.New("bad input")
+// ErrInput marks a missing or unreadable input (exit 2 in kintsugi-qc); it
+// is staging.ErrInput, shared by every stage.
+var ErrInput = staging.ErrInput
 
 // Options are the knobs of Run.
 type Options struct {
@@ -247,12 +247,12 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 	var jobs []cycleJob
 	for _, c := range cfg.Cycles {
 		cj := cycleJob{cycle: c, dir: filepath.Join(processed, sub, config.CycleName(c))}
-		sentinel := filepath.Join(cj.dir, ".snakemake_complete")
+		sentDir := cj.dir
 		if stage == "registration" {
-			sentinel = filepath.Join(processed, "registered", ".snakemake_complete")
+			sentDir = filepath.Join(processed, "registered")
 		}
-		if _, err := os.Stat(sentinel); err != nil {
-			return nil, fmt.Errorf("%w: cycle %d: %s missing: the %s stage has not completed", ErrInput, c, sentinel, stage)
+		if err := staging.RequireSentinel(sentDir, c, stage); err != nil {
+			return nil, err
 		}
 		for _, ch := range cfg.Channels {
 			j := channelJob{channel: ch, marker: cfg.ChannelMarker(c, ch)}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -45,7 +46,7 @@ func Pair(ctx context.Context, be register.Backend, p register.Params, fixed, mo
 	}
 	mt := r.Metrics
 	if mt.NCCFinal < mt.NCCBefore-NCCTolerance {
-		return r, inputf("%s: registration to %s makes it agree worse: NCC %.4f before, %.4f after rigid, %.4f after non-rigid; nothing written",
+		return r, staging.Inputf("%s: registration to %s makes it agree worse: NCC %.4f before, %.4f after rigid, %.4f after non-rigid; nothing written",
 			moving, fixed, mt.NCCBefore, mt.NCCRigid, mt.NCCNonRigid)
 	}
 	warped, err := be.Warp(ctx, []*raster.Gray16{m}, &r.Mapping, h, w)
@@ -77,12 +78,12 @@ func Apply(ctx context.Context, be register.Backend, transform, in, out string) 
 	}
 	info, err := tiffio.ReadInfo(in)
 	if err != nil {
-		return nil, inputf("%w", err)
+		return nil, staging.Inputf("%w", err)
 	}
 	limH := max(MaxPadPx, int(MaxPadFrac*float64(h)))
 	limW := max(MaxPadPx, int(MaxPadFrac*float64(w)))
 	if info.Height > h || info.Width > w || h-info.Height > limH || w-info.Width > limW {
-		return nil, inputf("%s is %d x %d (w x h); the transform's frame is %d x %d: outside the padding rule", in, info.Width, info.Height, w, h)
+		return nil, staging.Inputf("%s is %d x %d (w x h); the transform's frame is %d x %d: outside the padding rule", in, info.Width, info.Height, w, h)
 	}
 	g, err := readPadded(in, h, w)
 	if err != nil {
@@ -93,7 +94,7 @@ func Apply(ctx context.Context, be register.Backend, transform, in, out string) 
 		return nil, err
 	}
 	if !strings.HasSuffix(strings.ToLower(out), ".tif") && !strings.HasSuffix(strings.ToLower(out), ".tiff") {
-		return nil, inputf("--out %s: want a .tif path", out)
+		return nil, staging.Inputf("--out %s: want a .tif path", out)
 	}
 	if err := writeGray16(out, o[0]); err != nil {
 		return nil, fmt.Errorf("write %s: %w", out, err)

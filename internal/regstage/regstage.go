@@ -37,7 +37,6 @@ package regstage
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"image"
 	"image/color"
@@ -61,12 +60,9 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// ErrInput marks errors caused by the input data or configuration.
-var ErrInput = errors.New("bad input")
-
-func inputf(format string, args ...any) error {
-	return fmt.Errorf("%w: %w", ErrInput, fmt.Errorf(format, args...))
-}
+// ErrInput marks errors caused by the input data or configuration; it is
+// staging.ErrInput, shared by every stage.
+var ErrInput = staging.ErrInput
 
 // The padding rule: an image may be smaller than the largest by at most
 // max(MaxPadPx, MaxPadFrac x the largest) px in each dimension (the
@@ -137,21 +133,20 @@ func discover(cfg *config.Config) ([]cycleInput, error) {
 		found = found || c == ref
 	}
 	if !found {
-		return nil, inputf("config %s: key registration.reference_cycle: %d is not among the cycles %v", cfg.Path, ref, cfg.Cycles)
+		return nil, staging.Inputf("config %s: key registration.reference_cycle: %d is not among the cycles %v", cfg.Path, ref, cfg.Cycles)
 	}
 	var out []cycleInput
 	for _, c := range cfg.Cycles {
 		dir := EDFDir(cfg.ProjectDir, c)
-		sent := filepath.Join(dir, ".snakemake_complete")
-		if _, err := os.Stat(sent); err != nil {
-			return nil, inputf("cycle %d: EDF sentinel %s missing (run the edf stage first)", c, sent)
+		if err := staging.RequireSentinel(dir, c, "edf"); err != nil {
+			return nil, err
 		}
 		paths, err := filepath.Glob(filepath.Join(dir, "*.tif"))
 		if err != nil {
 			return nil, err
 		}
 		if len(paths) == 0 {
-			return nil, inputf("cycle %d: no *.tif EDF images in %s", c, dir)
+			return nil, staging.Inputf("cycle %d: no *.tif EDF images in %s", c, dir)
 		}
 		ci := cycleInput{cycle: c, dir: dir}
 		for _, p := range paths {
@@ -182,13 +177,13 @@ func checkSizes(cycles []cycleInput) (h, w int, err error) {
 			p := filepath.Join(ci.dir, f)
 			info, err := tiffio.ReadInfo(p)
 			if err != nil {
-				return 0, 0, inputf("%w", err)
+				return 0, 0, staging.Inputf("%w", err)
 			}
 			if info.BitsPerSample != 16 || info.SampleFormat == 3 || info.SamplesPerPixel != 1 {
-				return 0, 0, inputf("%s: %d-bit, sample format %d, %d samples per pixel: want single-channel uint16", p, info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
+				return 0, 0, staging.Inputf("%s: %d-bit, sample format %d, %d samples per pixel: want single-channel uint16", p, info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
 			}
 			if info.Height < MinSidePx || info.Width < MinSidePx {
-				return 0, 0, inputf("%s is %d x %d (w x h): registration needs at least %d px per side", p, info.Width, info.Height, MinSidePx)
+				return 0, 0, staging.Inputf("%s is %d x %d (w x h): registration needs at least %d px per side", p, info.Width, info.Height, MinSidePx)
 			}
 			all = append(all, sz{p, info.Height, info.Width})
 			h, w = max(h, info.Height), max(w, info.Width)
@@ -198,7 +193,7 @@ func checkSizes(cycles []cycleInput) (h, w int, err error) {
 	limW := max(MaxPadPx, int(MaxPadFrac*float64(w)))
 	for _, s := range all {
 		if h-s.h > limH || w-s.w > limW {
-			return 0, 0, inputf("%s is %d x %d (w x h), the largest image is %d x %d: more than the %d x %d px padding allowed (max(%d px, %g of the size))",
+			return 0, 0, staging.Inputf("%s is %d x %d (w x h), the largest image is %d x %d: more than the %d x %d px padding allowed (max(%d px, %g of the size))",
 				s.path, s.w, s.h, w, h, limW, limH, MaxPadPx, MaxPadFrac)
 		}
 	}
@@ -221,7 +216,7 @@ func Pad(g *raster.Gray16, h, w int) *raster.Gray16 {
 func readPadded(path string, h, w int) (*raster.Gray16, error) {
 	g, err := tiffio.ReadGray16(path)
 	if err != nil {
-		return nil, inputf("%w", err)
+		return nil, staging.Inputf("%w", err)
 	}
 	return Pad(g, h, w), nil
 }
@@ -238,7 +233,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	p := register.ParamsFromConfig(cfg.Registration)
 	p.Workers = workers
 	if err := p.Check(); err != nil {
-		return nil, inputf("config %s: registration: %w", cfg.Path, err)
+		return nil, staging.Inputf("config %s: registration: %w", cfg.Path, err)
 	}
 	cycles, err := discover(cfg)
 	if err != nil {
@@ -358,7 +353,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, cycles []cyc
 			"ncc", fmt.Sprintf("%.4f -> %.4f -> %.4f", m.NCCBefore, m.NCCRigid, m.NCCNonRigid),
 			"field_max_px", fmt.Sprintf("%.2f", m.DispMaxPx), "jacobian_min", fmt.Sprintf("%.3f", m.JacobianMin), "non_rigid_dropped", m.NonRigidDropped)
 		if m.NCCFinal < m.NCCBefore-NCCTolerance {
-			return inputf("cycle %d: registration makes DAPI (%s) agree worse with the reference cycle %d: NCC %.4f before, %.4f after rigid, %.4f after non-rigid (rotation %.3f°, translation (%.1f, %.1f) px); nothing written",
+			return staging.Inputf("cycle %d: registration makes DAPI (%s) agree worse with the reference cycle %d: NCC %.4f before, %.4f after rigid, %.4f after non-rigid (rotation %.3f°, translation (%.1f, %.1f) px); nothing written",
 				ci.cycle, filepath.Join(ci.dir, ci.dapi), res.Reference, m.NCCBefore, m.NCCRigid, m.NCCNonRigid, m.RotationDeg, m.TranslationY, m.TranslationX)
 		}
 		// Every channel of the cycle, warped at once.
@@ -441,7 +436,7 @@ func copyFile(src, dst string) error {
 	}
 	in, err := os.Open(src)
 	if err != nil {
-		return inputf("%w", err)
+		return staging.Inputf("%w", err)
 	}
 	defer in.Close()
 	return atomicfile.Write(dst, 0o644, func(w io.Writer) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -89,20 +90,20 @@ func WriteTransform(dir, name string, r *register.Result, h, w int) error {
 func ReadTransform(path string) (*register.Mapping, int, int, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, 0, inputf("transform: %w", err)
+		return nil, 0, 0, staging.Inputf("transform: %w", err)
 	}
 	var t Transform
 	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, 0, 0, inputf("transform %s: %w", path, err)
+		return nil, 0, 0, staging.Inputf("transform %s: %w", path, err)
 	}
 	if t.Version != 1 || t.Height < 1 || t.Width < 1 {
-		return nil, 0, 0, inputf("transform %s: version %d, size %dx%d: not a registration transform", path, t.Version, t.Width, t.Height)
+		return nil, 0, 0, staging.Inputf("transform %s: version %d, size %dx%d: not a registration transform", path, t.Version, t.Width, t.Height)
 	}
 	m := &register.Mapping{Rigid: register.Rigid{Theta: t.Rigid.ThetaRad, Scale: t.Rigid.Scale, TY: t.Rigid.TY, TX: t.Rigid.TX, CY: t.Rigid.CY, CX: t.Rigid.CX}}
 	if t.Field != nil {
 		f := t.Field
 		if f.NY < 1 || f.NX < 1 || !(f.Step > 0) {
-			return nil, 0, 0, inputf("transform %s: field %dx%d step %g", path, f.NX, f.NY, f.Step)
+			return nil, 0, 0, staging.Inputf("transform %s: field %dx%d step %g", path, f.NX, f.NY, f.Step)
 		}
 		fl := register.NewField(f.NY, f.NX, f.Y0, f.X0, f.Step)
 		for _, c := range []struct {
@@ -112,10 +113,10 @@ func ReadTransform(path string) (*register.Mapping, int, int, error) {
 			p := filepath.Join(filepath.Dir(path), c.file)
 			img, err := tiffio.ReadFloat32(p)
 			if err != nil {
-				return nil, 0, 0, inputf("transform %s: %w", path, err)
+				return nil, 0, 0, staging.Inputf("transform %s: %w", path, err)
 			}
 			if img.W != f.NX || img.H != f.NY {
-				return nil, 0, 0, inputf("transform %s: %s is %dx%d, want %dx%d", path, p, img.W, img.H, f.NX, f.NY)
+				return nil, 0, 0, staging.Inputf("transform %s: %s is %dx%d, want %dx%d", path, p, img.W, img.H, f.NX, f.NY)
 			}
 			copy(c.dst, img.Pix)
 		}
