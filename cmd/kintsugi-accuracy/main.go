@@ -4,8 +4,8 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"runtime"
 
@@ -70,13 +70,19 @@ func run(c *cli.Context) error {
 	if errors.Is(err, accuracy.ErrBadInput) {
 		return cliutil.AsUsage(err)
 	}
+	return output(c, r, err, func(w io.Writer, r accuracy.Report) error { return accuracy.WriteTable(w, r, c.Bool("planes")) })
+}
+
+// output prints a mode's report r on stdout (unless err): indented JSON with
+// --json, else table's text.
+func output[R any](c *cli.Context, r R, err error, table func(io.Writer, R) error) error {
 	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
 		return accuracy.WriteJSON(os.Stdout, r)
 	}
-	return accuracy.WriteTable(os.Stdout, r, c.Bool("planes"))
+	return table(os.Stdout, r)
 }
 
 // edfReport is --edf: the EDF methods on synthetic stacks (internal/accuracy.EvaluateEDF).
@@ -90,15 +96,7 @@ func edfReport(c *cli.Context) error {
 	}
 	r, err := accuracy.EvaluateEDF(c.Context, synth.DefaultEDFStack(), seeds, edf.DefaultParams(),
 		edf.GateFromConfig(config.DefaultQualityGate()), runtime.NumCPU())
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	return accuracy.WriteEDFTable(os.Stdout, r)
+	return output(c, r, err, accuracy.WriteEDFTable)
 }
 
 // deconReport is --decon: internal/accuracy.EvaluateDecon with the CPU reference.
@@ -108,15 +106,7 @@ func deconReport(c *cli.Context) error {
 		return cliutil.Usagef("--decon-size %v: want z,y,x with z >= 1 and y, x >= 8", sz)
 	}
 	r, err := accuracy.EvaluateDecon(c.Context, decon.CPU{}, sz[0], sz[1], sz[2], 3, runtime.NumCPU())
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	return accuracy.WriteDeconTable(os.Stdout, r)
+	return output(c, r, err, accuracy.WriteDeconTable)
 }
 
 // registrationReport is --registration: internal/accuracy.EvaluateRegistration
@@ -130,13 +120,5 @@ func registrationReport(c *cli.Context) error {
 	o.Workers = runtime.NumCPU()
 	o.Params.Workers = o.Workers
 	rep, err := accuracy.EvaluateRegistration(c.Context, register.CPU{Workers: o.Workers}, o)
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	return accuracy.WriteRegTable(os.Stdout, rep)
+	return output(c, rep, err, accuracy.WriteRegTable)
 }

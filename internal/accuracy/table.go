@@ -7,8 +7,9 @@ import (
 	"text/tabwriter"
 )
 
-// WriteJSON writes the report as indented JSON.
-func WriteJSON(w io.Writer, r Report) error {
+// WriteJSON writes a report (Report, EDFReport, DeconReport, *RegReport) as
+// indented JSON.
+func WriteJSON(w io.Writer, r any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
