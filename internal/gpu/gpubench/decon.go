@@ -154,7 +154,7 @@ func runDecon(ctx context.Context, f flags) error {
 		eng.FreeStack(dout)
 		fmt.Printf("  %-10s ch %d PSF %-7s (x,y,z): device %.3f s (%d iterations, %.1f ms/iteration incl. pad+percentile+scale; stopped %v, padded %v, windows %d), upload %.2f s, download %.2f s, peak GPU %.1f GiB (pool %.1f GiB), lo/hi %.4g/%.4g, generate %.1f s\n",
 			j.name, j.ch, j.k, dev, s.Iterations, 1000*dev/float64(s.Iterations), s.Stopped, s.Padded, s.Chunks, up, down,
-			float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30), s.Lo, s.Hi, gen)
+			gib(ms.DevicePeak), gib(ms.PoolPeak), s.Lo, s.Hi, gen)
 		if j.ch == 1 {
 			// the stage's form: host stack in, uint16 planes out (upload,
 			// device, rounding on the device, download), no TIFF I/O
@@ -267,7 +267,7 @@ func deconBenchCap(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params
 		return fmt.Errorf("unchunked: %w", err)
 	}
 	fmt.Printf("  chunking, lightsheet ch 1 PSF %s, host form (upload, device, download): unchunked %.3f s (%d iterations, streamed %v), peak GPU %.1f GiB\n",
-		k, sec1, s1.Iterations, s1.Streamed, float64(ms1.DevicePeak)/(1<<30))
+		k, sec1, s1.Iterations, s1.Streamed, gib(ms1.DevicePeak))
 	pc := p
 	pc.MemoryBudget = int64(df.capMB) << 20
 	runtime.GC()
@@ -281,7 +281,7 @@ func deconBenchCap(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params
 		d = math.Max(d, math.Abs(float64(got.Pix[i]-one.Pix[i])))
 	}
 	fmt.Printf("  chunking, under a %d MiB cap: %.3f s (%d iterations, streamed %v in %d y-slabs, pinned host state), peak GPU %.1f GiB (pool %.1f GiB); max |chunked - unchunked| %.3g of %.4g; phases (s): pin %.2f, pad %.2f, iterate %.2f (%.0f ms/iteration), finish %.2f\n",
-		df.capMB, sec2, s2.Iterations, s2.Streamed, s2.Chunks, float64(ms2.DevicePeak)/(1<<30), float64(ms2.PoolPeak)/(1<<30), d, m,
+		df.capMB, sec2, s2.Iterations, s2.Streamed, s2.Chunks, gib(ms2.DevicePeak), gib(ms2.PoolPeak), d, m,
 		s2.Phases["pin"], s2.Phases["pad"], s2.Phases["iterate"], 1000*s2.Phases["iterate"]/float64(max(1, s2.Iterations)), s2.Phases["finish"])
 	return nil
 }
@@ -333,6 +333,6 @@ func deconBenchFFT(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params
 		return err
 	}
 	fmt.Printf("  FFT path, PSF %s (x,y,z) Gaussian, %d taps: device %.3f s (%d iterations, %.1f ms/iteration, padded %v, windows %d, streamed %v), peak GPU %.1f GiB\n",
-		k, len(k.Data), sec, s.Iterations, 1000*sec/float64(s.Iterations), s.Padded, s.Chunks, s.Streamed, float64(ms.DevicePeak)/(1<<30))
+		k, len(k.Data), sec, s.Iterations, 1000*sec/float64(s.Iterations), s.Padded, s.Chunks, s.Streamed, gib(ms.DevicePeak))
 	return nil
 }

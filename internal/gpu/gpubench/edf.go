@@ -91,16 +91,11 @@ func runEDF(ctx context.Context, f flags) error {
 	z, h, w := edfFlags.z, edfFlags.h, edfFlags.w
 	gb := float64(z) * float64(h) * float64(w) * 2 / 1e9
 	fmt.Printf("edf bench: %d channels of %d x %d x %d uint16 (%.2f GB per channel), %d workers\n", edfFlags.channels, z, h, w, gb, f.workers)
-	t0 := time.Now()
-	eng, err := gpu.Open(gpu.Options{Device: f.device})
+	eng, err := openEngine(f)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	fmt.Printf("engine: %s (open %.2f s)\n", eng.Name(), time.Since(t0).Seconds())
-	if err := eng.ResetPeak(); err != nil {
-		return err
-	}
 	g := edf.GateFromConfig(config.DefaultQualityGate())
 	p := edf.DefaultParams()
 	var sum gpu.EDFTimings
@@ -137,7 +132,7 @@ func runEDF(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("peak GPU memory: %.2f GiB on the device (engine pool peak %.2f GiB)\n", float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30))
+	printPeakGPU(ms)
 
 	if edfFlags.wavelet {
 		pw := p
@@ -154,7 +149,7 @@ func runEDF(ctx context.Context, f flags) error {
 				edf.AutoLevels(w, h), rep+1, tm.Upload, tm.Gate, tm.Fuse, tm.Download)
 		}
 		if ms, err := eng.MemInfo(); err == nil {
-			fmt.Printf("wavelet peak GPU memory: %.2f GiB on the device\n", float64(ms.DevicePeak)/(1<<30))
+			fmt.Printf("wavelet peak GPU memory: %.2f GiB on the device\n", gib(ms.DevicePeak))
 		}
 	}
 

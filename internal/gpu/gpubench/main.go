@@ -185,16 +185,11 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 
-	t0 := time.Now()
-	eng, err := gpu.Open(gpu.Options{Device: f.device})
+	eng, err := openEngine(f)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	fmt.Printf("engine: %s (open %.2f s)\n", eng.Name(), time.Since(t0).Seconds())
-	if err := eng.ResetPeak(); err != nil {
-		return err
-	}
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	budget, budgetSrc, err := membudget.Resolve(f.memBudget, os.Getenv)
 	if err != nil {
@@ -217,7 +212,7 @@ func run(ctx context.Context, f flags) error {
 		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
 	}
 	fmt.Printf("peak host memory of the stitch stage (VmHWM): %.2f GiB; budget %.2f GiB (%s), target <= 6 GiB: %s; at most %d planes of raw tiles held at once\n",
-		float64(peak)/(1<<30), float64(budget)/(1<<30), budgetSrc, map[bool]string{true: "met", false: "NOT met"}[peak <= 6<<30], res.PlanesInMemory)
+		gib(peak), gib(budget), budgetSrc, map[bool]string{true: "met", false: "NOT met"}[peak <= 6<<30], res.PlanesInMemory)
 	ms, err := eng.MemInfo()
 	if err != nil {
 		return err
@@ -248,8 +243,7 @@ func run(ctx context.Context, f flags) error {
 	row(fmt.Sprintf("alignment (%d pairs)", len(align.Pairs(o.Rows, o.Cols, gridOf(o)))), tm.Align, 5, 174)
 	row(fmt.Sprintf("TIFF write (%.1f GB + profiles)*", outGB), tm.Write, 0, 0)
 	row("whole stage, TIFF I/O included", tm.Total, scale(90, 80), 0)
-	fmt.Printf("peak GPU memory: %.2f GiB in use on the device (this engine's pool peak %.2f GiB; %.1f GiB total)\n",
-		float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30), float64(ms.Total)/(1<<30))
+	printPeakGPU(ms)
 	fmt.Printf("(reading runs ahead of the GPU work and writing behind it; *write is busy time summed over up to %d concurrent writers;\n TIFF reads are %s)\n",
 		f.workers, map[bool]string{true: "cold (page cache dropped)", false: "from the page cache (the files were just written)"}[cold])
 
@@ -262,6 +256,31 @@ func run(ctx context.Context, f flags) error {
 		}
 	}
 	return nil
+}
+
+// openEngine opens the GPU engine of -device, prints its name and how long
+// opening took, and resets its peak-memory counters; the caller closes it.
+func openEngine(f flags) (*gpu.Engine, error) {
+	t0 := time.Now()
+	eng, err := gpu.Open(gpu.Options{Device: f.device})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("engine: %s (open %.2f s)\n", eng.Name(), time.Since(t0).Seconds())
+	if err := eng.ResetPeak(); err != nil {
+		eng.Close()
+		return nil, err
+	}
+	return eng, nil
+}
+
+// gib is n bytes in GiB.
+func gib[T int64 | uint64 | int](n T) float64 { return float64(n) / (1 << 30) }
+
+// printPeakGPU prints the peak GPU memory since the last ResetPeak.
+func printPeakGPU(ms gpu.MemStats) {
+	fmt.Printf("peak GPU memory: %.2f GiB in use on the device (this engine's pool peak %.2f GiB; %.1f GiB total)\n",
+		gib(ms.DevicePeak), gib(ms.PoolPeak), gib(ms.Total))
 }
 
 func gridOf(o synth.Options) []align.GridPos {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
@@ -157,13 +156,11 @@ func runRegister(ctx context.Context, f flags) error {
 	rf := regFlags
 	fmt.Printf("register: %d cycles of %d x %d px, %d channels (%.1f GB uint16 in all), translations <= %g px, rotations <= %g°, warps <= %g px, %d workers\n",
 		rf.cycles, rf.w, rf.h, rf.channels, float64(rf.cycles*rf.channels*rf.h*rf.w*2)/1e9, rf.shift, rf.rot, rf.warp, f.workers)
-	t0 := time.Now()
-	eng, err := gpu.Open(gpu.Options{Device: f.device})
+	eng, err := openEngine(f)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	fmt.Printf("engine: %s (open %.2f s)\n", eng.Name(), time.Since(t0).Seconds())
 	sc, err := synth.NewRegScene(synth.RegOptions{H: rf.h, W: rf.w, Channels: min(rf.channels, 2), Seed: 1,
 		MaxShift: rf.shift, MaxRotDeg: rf.rot, WarpPx: rf.warp, Workers: f.workers})
 	if err != nil {
@@ -262,8 +259,7 @@ func runRegister(ctx context.Context, f flags) error {
 	fmt.Printf("TOTAL, %d cycles registered + %d images warped, TIFF I/O excluded: %.2f s (target <= 30 s; original 67.9 min on a B200)\n",
 		n, tb.nWarps, total.Seconds())
 	fmt.Printf("data generation (not timed above): %.1f s\n", gen.Seconds())
-	fmt.Printf("peak GPU memory: %.2f GiB in use on the device (this engine's pool peak %.2f GiB; %.1f GiB total)\n",
-		float64(ms.DevicePeak)/(1<<30), float64(ms.PoolPeak)/(1<<30), float64(ms.Total)/(1<<30))
+	printPeakGPU(ms)
 	fmt.Printf("worst per-cycle RMS error of the mapping over tissue: %.3f px (bound 0.5 px)\n", worst)
 	if proj == nil {
 		return nil
@@ -288,7 +284,7 @@ func runRegister(ctx context.Context, f flags) error {
 	})
 	ms, _ = eng.MemInfo()
 	fmt.Printf("whole stage (regstage.Run, GPU): %.1f s with TIFF I/O (read %.1f GB, wrote %.1f GB incl. the OME-TIFF); peak GPU memory %.2f GiB\n",
-		stage.Seconds(), float64(proj.nBytes)/1e9, float64(outBytes)/1e9, float64(ms.DevicePeak)/(1<<30))
+		stage.Seconds(), float64(proj.nBytes)/1e9, float64(outBytes)/1e9, gib(ms.DevicePeak))
 	return nil
 }
 
