@@ -302,13 +302,13 @@ rule stitch:
         slurm_account=lambda wc: _assign(wc)["account"],
         slurm_partition=lambda wc: _assign(wc)["partition"],
         cpus_per_task=_res("cpus_stitch", 4),
-        mem_mb=_res("mem_stitch", 48000),
+        mem_mb=_res("mem_stitch", 8000),  # measured: 4.7 GiB peak under a 6 GiB budget, 7.4 GiB unconstrained (H200, production cycle)
         runtime=_res("time_stitch", 240),
         gpu_jobs=1,
         **GPU_RESOURCE,
     shell:
         _need("kintsugi-stitch") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-stitch run"
+        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-stitch run"
         " --config {params.config} --cycle {wildcards.cycle} --device {params.device}"
         " --log-format text > {log} 2>&1"
 
@@ -334,7 +334,7 @@ rule deconvolve:
         **GPU_RESOURCE,
     shell:
         _need("kintsugi-decon") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-decon run"
+        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-decon run"
         " --config {params.config} --cycle {wildcards.cycle} --device {params.device}"
         " --log-format text > {log} 2>&1"
 
@@ -360,7 +360,7 @@ rule edf:
         **GPU_RESOURCE,
     shell:
         _need("kintsugi-edf") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-edf run"
+        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-edf run"
         " --config {params.config} --cycle {wildcards.cycle} --device {params.device}"
         " --log-format text > {log} 2>&1"
 
@@ -386,7 +386,7 @@ rule registration:
         **GPU_RESOURCE,
     shell:
         _need("kintsugi-register") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-register run"
+        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-register run"
         " --config {params.config} --device {params.device} --log-format text > {log} 2>&1"
 
 
