@@ -288,25 +288,42 @@ func ToPages(st *raster.Stack) []*raster.Gray16 {
 	return pages
 }
 
-// Deconvolve runs one stack with the config's settings for channel ch.
-func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st *raster.Stack, cpu bool, workers int) (*raster.Stack, decon.Stats, *psf.Kernel, psf.Info, error) {
+// settings returns the parameters and the PSF for channel ch from the
+// config (a bad setting wraps ErrInput), with the worker count and, on the
+// CPU (cpu), DefaultCPUBudget unless the config sets a budget.
+func settings(cfg *config.Config, ch int, cpu bool, workers int) (decon.Params, *psf.Kernel, psf.Info, error) {
 	p, err := Params(cfg)
 	if err != nil {
-		return nil, decon.Stats{}, nil, psf.Info{}, fmt.Errorf("%w: %w", ErrInput, err)
+		return p, nil, psf.Info{}, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	k, info, err := Kernel(cfg, ch)
 	if err != nil {
-		return nil, decon.Stats{}, nil, info, fmt.Errorf("%w: %w", ErrInput, err)
+		return p, nil, info, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	p.Workers = workers
 	if cpu && p.MemoryBudget == 0 {
 		p.MemoryBudget = DefaultCPUBudget
 	}
-	out, s, err := eng.Deconvolve(ctx, st, k, p)
+	return p, k, info, nil
+}
+
+// algInput marks the algorithm's input errors (decon.ErrInput) as the
+// stage's (ErrInput).
+func algInput(err error) error {
 	if errors.Is(err, decon.ErrInput) {
-		err = fmt.Errorf("%w: %w", ErrInput, err)
+		return fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	return out, s, k, info, err
+	return err
+}
+
+// Deconvolve runs one stack with the config's settings for channel ch.
+func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st *raster.Stack, cpu bool, workers int) (*raster.Stack, decon.Stats, *psf.Kernel, psf.Info, error) {
+	p, k, info, err := settings(cfg, ch, cpu, workers)
+	if err != nil {
+		return nil, decon.Stats{}, nil, info, err
+	}
+	out, s, err := eng.Deconvolve(ctx, st, k, p)
+	return out, s, k, info, algInput(err)
 }
 
 // deconvolvePages is Deconvolve rounded to uint16 planes, on the device
@@ -320,20 +337,13 @@ func deconvolvePages(ctx context.Context, eng Engine, cfg *config.Config, ch int
 		}
 		return ToPages(out), s, k, info, nil
 	}
-	p, err := Params(cfg)
+	// A Gray16Engine is a device engine: cpu is false here.
+	p, k, info, err := settings(cfg, ch, cpu, workers)
 	if err != nil {
-		return nil, decon.Stats{}, nil, psf.Info{}, fmt.Errorf("%w: %w", ErrInput, err)
+		return nil, decon.Stats{}, nil, info, err
 	}
-	k, info, err := Kernel(cfg, ch)
-	if err != nil {
-		return nil, decon.Stats{}, nil, info, fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	p.Workers = workers
 	pages, s, err := g.DeconvolveGray16(ctx, st, k, p)
-	if errors.Is(err, decon.ErrInput) {
-		err = fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	return pages, s, k, info, err
+	return pages, s, k, info, algInput(err)
 }
 
 // Run deconvolves one cycle.
