@@ -400,16 +400,7 @@ func referenceImages(cfg *config.Config, jobs []cycleJob) (map[string]*raster.Gr
 		if cj.cycle != refCycle {
 			continue
 		}
-		files := make([]string, len(cj.channels))
-		for i, ch := range cj.channels {
-			files[i] = ch.files[0]
-		}
-		k := dapiIndex(files)
-		reg, err := read(files[k])
-		if err != nil {
-			return nil, err
-		}
-		edf, err := read(cj.regEDF[k])
+		_, reg, edf, err := dapiPair(cj)
 		if err != nil {
 			return nil, err
 		}
@@ -418,21 +409,29 @@ func referenceImages(cfg *config.Config, jobs []cycleJob) (map[string]*raster.Gr
 	return nil, fmt.Errorf("%w: config key registration.reference_cycle: cycle %d is not among the cycles %v", ErrInput, refCycle, cfg.Cycles)
 }
 
-func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, dir string, opt Options) (*RegScores, error) {
+// dapiPair reads a registered cycle's DAPI image (dapiIndex of the
+// channels' files) and the same channel's EDF image (before registration).
+func dapiPair(cj cycleJob) (file string, reg, edf *raster.Gray16, err error) {
 	files := make([]string, len(cj.channels))
 	for i, ch := range cj.channels {
 		files[i] = ch.files[0]
 	}
 	k := dapiIndex(files)
-	reg, err := read(files[k])
+	if reg, err = read(files[k]); err != nil {
+		return "", nil, nil, err
+	}
+	if edf, err = read(cj.regEDF[k]); err != nil {
+		return "", nil, nil, err
+	}
+	return files[k], reg, edf, nil
+}
+
+func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, dir string, opt Options) (*RegScores, error) {
+	file, reg, edf, err := dapiPair(cj)
 	if err != nil {
 		return nil, err
 	}
-	edf, err := read(cj.regEDF[k])
-	if err != nil {
-		return nil, err
-	}
-	rs := &RegScores{ReferenceCycle: cfg.Registration.ReferenceCycle, Image: filepath.Base(files[k]),
+	rs := &RegScores{ReferenceCycle: cfg.Registration.ReferenceCycle, Image: filepath.Base(file),
 		NCCEDF: Num(NCC(ref["edf"], edf)), NCCRegistered: Num(NCC(ref["registered"], reg))}
 	mf := filepath.Join(cfg.ProjectDir, "data", "processed", "registered", "qc", config.CycleName(cj.cycle)+"_metrics.json")
 	if b, err := os.ReadFile(mf); err == nil {
