@@ -31,15 +31,20 @@ type Transform struct {
 		CX       float64       `json:"cx_px"`
 		Matrix   [2][3]float64 `json:"matrix_yx"` // q = M · (y, x, 1)
 	} `json:"rigid"`
-	Field *struct {
-		NY     int     `json:"ny"`
-		NX     int     `json:"nx"`
-		Y0     float64 `json:"y0_px"`
-		X0     float64 `json:"x0_px"`
-		Step   float64 `json:"step_px"`
-		DYFile string  `json:"dy_file"`
-		DXFile string  `json:"dx_file"`
-	} `json:"field"`
+	Field *TransformField `json:"field"`
+}
+
+// TransformField is the non-rigid field of a Transform: ny x nx nodes at
+// (y0 + i*step, x0 + j*step) px, the displacements in two float32 TIFFs
+// (px) named relative to the JSON file.
+type TransformField struct {
+	NY     int     `json:"ny"`
+	NX     int     `json:"nx"`
+	Y0     float64 `json:"y0_px"`
+	X0     float64 `json:"x0_px"`
+	Step   float64 `json:"step_px"`
+	DYFile string  `json:"dy_file"`
+	DXFile string  `json:"dx_file"`
 }
 
 const direction = "reference pixel p -> moving pixel q = rigid(p + field(p)), rigid(p) = c + scale*R(theta)*(p - c) + t with R(theta)(y, x) = (cos*y + sin*x, -sin*y + cos*x); the field is bilinear between nodes (y0 + i*step, x0 + j*step) and constant beyond; registered(p) = moving(q), bilinear, 0 outside"
@@ -60,15 +65,7 @@ func WriteTransform(dir, name string, r *register.Result, h, w int) error {
 	a, b := rg.Matrix()
 	t.Rigid.Matrix = [2][3]float64{{a[0], a[1], b[0]}, {a[2], a[3], b[1]}}
 	if f := r.Mapping.Field; f != nil {
-		t.Field = &struct {
-			NY     int     `json:"ny"`
-			NX     int     `json:"nx"`
-			Y0     float64 `json:"y0_px"`
-			X0     float64 `json:"x0_px"`
-			Step   float64 `json:"step_px"`
-			DYFile string  `json:"dy_file"`
-			DXFile string  `json:"dx_file"`
-		}{f.NY, f.NX, f.Y0, f.X0, f.Step, pre + "field_dy.tif", pre + "field_dx.tif"}
+		t.Field = &TransformField{f.NY, f.NX, f.Y0, f.X0, f.Step, pre + "field_dy.tif", pre + "field_dx.tif"}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
