@@ -14,6 +14,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -29,40 +30,8 @@ var regConfig = map[string]any{"reference_cycle": 1, "max_image_dim": 256, "rigi
 // (synthetic cycles with known warps, synth.RegScene) with their sentinels.
 func project(t *testing.T, n int) (*config.Config, *synth.RegScene) {
 	t.Helper()
-	dir := t.TempDir()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.OutDir, o.NCycles, o.NChannels = dir, n, 2
-	o.Cycles = nil
-	path := synth.ConfigPath(dir)
-	if err := synth.WriteConfig(path, o, map[string]any{"registration": regConfig}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := synth.NewRegScene(synth.RegOptions{H: testH, W: testW, Channels: 2, Seed: 5, MaxShift: 30, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cfg.Cycles {
-		imgs, _, err := sc.RenderCycle(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := EDFDir(dir, c)
-		os.MkdirAll(d, 0o755)
-		for ch := 1; ch <= 2; ch++ {
-			if err := tiffio.WriteGray16(filepath.Join(d, cfg.EDFFileName(c, ch)), imgs[ch-1]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		os.WriteFile(filepath.Join(d, ".snakemake_complete"), []byte("stage=edf\n"), 0o644)
-	}
-	return cfg, sc
+	return regtest.WriteProject(t, t.TempDir(), n, regConfig,
+		synth.RegOptions{H: testH, W: testW, Seed: 5, MaxShift: 30, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
 }
 
 func run(cfg *config.Config, be register.Backend) (*Result, error) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -18,40 +18,9 @@ import (
 // path.
 func project(t *testing.T, dir string, ref int) string {
 	t.Helper()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, 2, 2, nil
-	os.MkdirAll(dir, 0o755)
 	reg := map[string]any{"reference_cycle": ref, "max_image_dim": 256, "non_rigid": map[string]any{"max_dim": 256}}
-	path := synth.ConfigPath(dir)
-	if err := synth.WriteConfig(path, o, map[string]any{"registration": reg}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := synth.NewRegScene(synth.RegOptions{H: 320, W: 400, Channels: 2, Seed: 3, MaxShift: 25, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cfg.Cycles {
-		imgs, _, err := sc.RenderCycle(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := filepath.Join(dir, "data", "processed", "edf", config.CycleName(c))
-		os.MkdirAll(d, 0o755)
-		for ch := 1; ch <= 2; ch++ {
-			if err := tiffio.WriteGray16(filepath.Join(d, cfg.EDFFileName(c, ch)), imgs[ch-1]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		os.WriteFile(filepath.Join(d, ".snakemake_complete"), []byte("stage=edf\n"), 0o644)
-	}
-	return path
+	cfg, _ := regtest.WriteProject(t, dir, 2, reg, synth.RegOptions{H: 320, W: 400, Seed: 3, MaxShift: 25, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
+	return cfg.Path
 }
 
 // TestExecutable builds kintsugi-register and runs it as the Snakefile and

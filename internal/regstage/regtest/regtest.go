@@ -1,0 +1,66 @@
+// Package regtest writes the input of the registration stage for tests: a
+// project whose cycles' EDF outputs are synthetic images with known warps
+// (synth.RegScene), with the EDF stage's sentinels.
+package regtest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// WriteProject writes under dir a config (the tiny preset with cycles
+// 1..cycles, 2 channels and the registration: keys reg) and, for every
+// cycle, the EDF images of both channels rendered by a scene of so (so.Channels
+// is set to 2) and the EDF sentinel. It returns the loaded config and the
+// scene (its truth). Failures are fatal.
+func WriteProject(t testing.TB, dir string, cycles int, reg map[string]any, so synth.RegOptions) (*config.Config, *synth.RegScene) {
+	t.Helper()
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, cycles, 2, nil
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := synth.ConfigPath(dir)
+	if err := synth.WriteConfig(path, o, map[string]any{"registration": reg}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	so.Channels = 2
+	sc, err := synth.NewRegScene(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Cycles {
+		imgs, _, err := sc.RenderCycle(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := edfstage.OutDir(dir, c)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for ch := 1; ch <= 2; ch++ {
+			if err := tiffio.WriteGray16(filepath.Join(d, cfg.EDFFileName(c, ch)), imgs[ch-1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, staging.SentinelName), []byte("stage=edf\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg, sc
+}
