@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,7 +87,7 @@ func TestRun(t *testing.T) {
 				t.Fatalf("%s pixel %d: %d, want %d", name, j, got.Pix[j], want.Out.Pix[j])
 			}
 		}
-		if !equal(res.Channels[i].Used, []int{1, 2, 3, 4, 5}) {
+		if !slices.Equal(res.Channels[i].Used, []int{1, 2, 3, 4, 5}) {
 			t.Errorf("channel %d used %v, want slices 2-6", ch, res.Channels[i].Used)
 		}
 	}
@@ -183,16 +184,4 @@ func TestReadStackPath(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
