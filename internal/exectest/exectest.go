@@ -71,11 +71,17 @@ func Output(t testing.TB, cmd *exec.Cmd) ([]byte, int) {
 }
 
 // Check returns an error unless the run exited with wantCode and its output
-// contains want; the error quotes the output shown (the caller passes the
-// whole output or a tail of it).
+// contains want; the error quotes the output (its last 3000 bytes).
 func Check(out []byte, code, wantCode int, want string) error {
 	if code != wantCode || !strings.Contains(string(out), want) {
-		return fmt.Errorf("exit %d (want %d), output lacks %q:\n%s", code, wantCode, want, out)
+		return fmt.Errorf("exit %d (want %d), output lacks %q:\n%s", code, wantCode, want, tail(out))
 	}
 	return nil
+}
+
+func tail(b []byte) string {
+	if len(b) > 3000 {
+		return "..." + string(b[len(b)-3000:])
+	}
+	return string(b)
 }

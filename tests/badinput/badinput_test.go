@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -318,14 +318,7 @@ func TestBadInputs(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("..", "..", "wrappers", w, "main.go")); err != nil {
 			continue // a stage not written yet
 		}
-		bin := filepath.Join(root, "kintsugi-"+w)
-		build := exec.Command("go", "build", "-o", bin, "./wrappers/"+w)
-		build.Dir = filepath.Join("..", "..")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build ./wrappers/%s: %v\n%s", w, err, out)
-		}
-		bins[w] = bin
+		bins[w] = exectest.Build(t, "kintsugi-"+w, "../../wrappers/"+w)
 	}
 	tmpl := filepath.Join(root, "template")
 	o, err := synth.Preset("tiny")
@@ -366,18 +359,10 @@ func TestBadInputs(t *testing.T) {
 				cmd = exec.Command("sh", "-c", tc.shell+` exec "$0" "$@"`, bin)
 				cmd.Args = append(cmd.Args, args...)
 			}
-			cmd.Env = append(os.Environ(), "KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=", "KINTSUGI_LOG_FORMAT=text")
-			cmd.Env = append(cmd.Env, tc.env...)
-			msg, err := cmd.CombinedOutput()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tc.code || !strings.Contains(string(msg), tc.want) {
-				t.Errorf("exit %d (want %d), output lacks %q:\n%s", code, tc.code, tc.want, tail(msg))
+			cmd.Env = exectest.Env(append([]string{"KINTSUGI_LOG_FORMAT=text"}, tc.env...)...)
+			msg, code := exectest.Output(t, cmd)
+			if err := exectest.Check(msg, code, tc.code, tc.want); err != nil {
+				t.Error(err)
 			}
 			if p.release != nil {
 				p.release()
@@ -398,11 +383,4 @@ func TestBadInputs(t *testing.T) {
 	if *markdown {
 		fmt.Print(table.String())
 	}
-}
-
-func tail(b []byte) string {
-	if len(b) > 3000 {
-		return "..." + string(b[len(b)-3000:])
-	}
-	return string(b)
 }
