@@ -51,8 +51,8 @@ func run(c *cli.Context) error {
 	if _, err := cliutil.SetupLogging(c); err != nil {
 		return err
 	}
-	if c.NArg() > 0 {
-		return cliutil.Usagef("unexpected arguments %v", c.Args().Slice())
+	if err := cliutil.NoArgs(c); err != nil {
+		return err
 	}
 	if c.Bool("edf") {
 		return edfReport(c)

@@ -13,7 +13,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 )
 
@@ -55,8 +54,8 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Args().Len() > 0 {
-		return cliutil.Usagef("unexpected argument(s) %q", strings.Join(c.Args().Slice(), " "))
+	if err := cliutil.NoArgs(c); err != nil {
+		return err
 	}
 	if c.String("config") == "" {
 		return cliutil.Usagef("missing --config")
@@ -67,9 +66,9 @@ func run(c *cli.Context) error {
 	if c.Int("overview-px") < 16 {
 		return cliutil.Usagef("--overview-px %d: want >= 16", c.Int("overview-px"))
 	}
-	cfg, err := config.Load(c.String("config"))
+	cfg, err := cliutil.LoadConfig(c.String("config"))
 	if err != nil {
-		return cliutil.AsUsage(err)
+		return err
 	}
 	workers, from, err := cliutil.Workers(c.Int("workers"), os.Getenv)
 	if err != nil {

@@ -86,7 +86,7 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 // setup loads the config, decides the workers and opens the engine;
 // release frees it.
 func setup(o opts) (cfg *config.Config, workers int, eng deconstage.Engine, cpu bool, release func(), err error) {
-	if cfg, err = stagecli.LoadConfig(o.configPath); err != nil {
+	if cfg, err = cliutil.LoadConfig(o.configPath); err != nil {
 		return nil, 0, nil, false, nil, err
 	}
 	n, dev, err := o.Resolve()
@@ -120,7 +120,7 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 		return err
 	}
 	defer release()
-	if err := stagecli.CheckCycle(cfg, cycle); err != nil {
+	if err := cliutil.CheckCycle(cfg, cycle); err != nil {
 		return err
 	}
 	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.Logger, CPU: cpu})

@@ -46,11 +46,11 @@ func inputAsUsage(err error) error {
 
 // runCommand is `kintsugi-edf run`.
 func runCommand(ctx context.Context, o opts, cycle int) error {
-	cfg, err := stagecli.LoadConfig(o.configPath)
+	cfg, err := cliutil.LoadConfig(o.configPath)
 	if err != nil {
 		return err
 	}
-	if err := stagecli.CheckCycle(cfg, cycle); err != nil {
+	if err := cliutil.CheckCycle(cfg, cycle); err != nil {
 		return err
 	}
 	if err := edf.FromConfig(cfg.EDF).Validate(); err != nil {
@@ -69,7 +69,7 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 func tileCommand(ctx context.Context, o opts, in, out string) error {
 	p, g := edf.DefaultParams(), edf.GateFromConfig(config.DefaultQualityGate())
 	if o.configPath != "" {
-		cfg, err := stagecli.LoadConfig(o.configPath)
+		cfg, err := cliutil.LoadConfig(o.configPath)
 		if err != nil {
 			return err
 		}

@@ -114,7 +114,7 @@ func backend(o opts) (be register.Backend, workers int, dev cliutil.Device, clos
 func asExit(err error) error { return stagecli.InputAsUsage(err, regstage.ErrInput) }
 
 func runCommand(ctx context.Context, o opts, cfgPath string) error {
-	cfg, err := stagecli.LoadConfig(cfgPath)
+	cfg, err := cliutil.LoadConfig(cfgPath)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func runCommand(ctx context.Context, o opts, cfgPath string) error {
 func pairParams(cfgPath string, rigidOnly bool) (register.Params, error) {
 	r := config.DefaultRegistration()
 	if cfgPath != "" {
-		cfg, err := stagecli.LoadConfig(cfgPath)
+		cfg, err := cliutil.LoadConfig(cfgPath)
 		if err != nil {
 			return register.Params{}, err
 		}

@@ -1,6 +1,6 @@
 // Package stagecli is the command set-up the GPU stage executables share
 // (kintsugi-decon, kintsugi-edf, kintsugi-register): their device flags,
-// the config load, the worker count, the device choice and opening the
+// the worker count, the device choice and opening the
 // engine, each with the exit code cliutil maps it to.
 //
 // It is a package apart from cliutil because it imports internal/gpu, which
@@ -14,12 +14,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 )
 
@@ -55,31 +53,15 @@ func Setup(c *cli.Context, noArgs bool) (Opts, error) {
 	if err != nil {
 		return Opts{}, err
 	}
-	if noArgs && c.NArg() > 0 {
-		return Opts{}, cliutil.Usagef("unexpected arguments %v", c.Args().Slice())
+	if noArgs {
+		if err := cliutil.NoArgs(c); err != nil {
+			return Opts{}, err
+		}
 	}
 	if _, _, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg); err != nil {
 		return Opts{}, err
 	}
 	return Opts{Workers: c.Int("workers"), Device: c.String("device"), GPU: c.Int("gpu"), GPUDebug: c.Bool("gpu-debug"), Logger: lg}, nil
-}
-
-// LoadConfig loads the pipeline config; any error (unreadable file, bad
-// key) is a usage error naming the file or key.
-func LoadConfig(path string) (*config.Config, error) {
-	cfg, err := config.Load(path)
-	if err != nil {
-		return nil, cliutil.AsUsage(err)
-	}
-	return cfg, nil
-}
-
-// CheckCycle is a usage error unless cycle is one of the config's cycles.
-func CheckCycle(cfg *config.Config, cycle int) error {
-	if !slices.Contains(cfg.Cycles, cycle) {
-		return cliutil.Usagef("--cycle %d: not in the config's cycles %v", cycle, cfg.Cycles)
-	}
-	return nil
 }
 
 // Resolve decides the worker count (logged with where it came from) and
