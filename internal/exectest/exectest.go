@@ -23,6 +23,12 @@ import (
 // "../../wrappers/decon" from elsewhere) without cgo, so without the cuda
 // tag, into a temporary directory of t as an executable called name, and
 // returns its path. A failed build is fatal.
+//
+// Build also reads the executable's Go sources (every non-standard package
+// it depends on): `go test` caches a result by the test binary and the files
+// the test opened, and a test that only runs the executable does not link
+// most of its code, so without these reads a change to, say, the command
+// set-up would leave a stale "ok (cached)".
 func Build(t testing.TB, name, pkg string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), name)
@@ -30,6 +36,18 @@ func Build(t testing.TB, name, pkg string) string {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	list := exec.Command("go", "list", "-deps", "-f",
+		`{{if not .Standard}}{{range .GoFiles}}{{$.Dir}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$.Dir}}/{{.}}{{"\n"}}{{end}}{{end}}`, pkg)
+	list.Env = build.Env
+	out, err := list.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if _, err := os.ReadFile(f); err != nil {
+			t.Fatalf("source of %s: %v", name, err)
+		}
 	}
 	return bin
 }
