@@ -103,3 +103,24 @@ func tail(b []byte) string {
 	}
 	return string(b)
 }
+
+// ReadTree returns every file under dir, keyed by its path relative to dir,
+// except the Snakemake sentinels (.snakemake_complete: they hold times), so
+// that two runs' outputs can be compared byte for byte. An error is fatal.
+func ReadTree(t testing.TB, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == ".snakemake_complete" {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -122,26 +122,6 @@ func budgetProject(t *testing.T) (string, *config.Config) {
 	return filepath.Join(o.OutDir, "config.yaml"), cfg
 }
 
-// outputs reads every file of a finished cycle except the sentinel (it
-// holds the time and the duration).
-func outputs(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	out := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == ".snakemake_complete" {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = b
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestMemBudgetHeld runs the stage unconstrained and under a budget below
 // that run's peak, each in its own process: the constrained run's own peak
 // resident set stays within its budget and its outputs are byte-identical.
@@ -157,7 +137,7 @@ func TestMemBudgetHeld(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("unconstrained run: exit %d\n%s", code, stderr)
 	}
-	want := outputs(t, out)
+	want := exectest.ReadTree(t, out)
 	if err := os.RemoveAll(out); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +172,7 @@ func TestMemBudgetHeld(t *testing.T) {
 		if peak > budget {
 			t.Errorf("peak resident set %s exceeds the budget %s (unconstrained %s)", membudget.Format(peak), membudget.Format(budget), membudget.Format(free))
 		}
-		got := outputs(t, out)
+		got := exectest.ReadTree(t, out)
 		if len(got) != len(want) || len(got) < 13 {
 			t.Fatalf("%d output files under the budget, %d unconstrained", len(got), len(want))
 		}

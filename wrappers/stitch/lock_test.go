@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,21 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
-
-// buildExe builds kintsugi-stitch (no cuda tag) into dir.
-func buildExe(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "kintsugi-stitch")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // tinyProject writes the tiny synthetic project (1 cycle, nz z-planes) and
 // its config under dir.
@@ -79,25 +67,6 @@ func waitFor(t *testing.T, path string) {
 	t.Fatalf("%s did not appear", path)
 }
 
-// tree reads every file under dir except the sentinel (it holds times).
-func tree(t *testing.T, dir string) map[string][]byte {
-	t.Helper()
-	m := map[string][]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == ".snakemake_complete" {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(dir, p)
-		m[rel] = b
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // onlyOutput checks that the output's parent holds the output and nothing
 // else: no lock, no staging directory.
 func onlyOutput(t *testing.T, out string) {
@@ -127,7 +96,7 @@ func TestTwoRunsAndKill(t *testing.T) {
 		t.Skip("runs the stage four times")
 	}
 	dir := t.TempDir()
-	bin := buildExe(t, dir)
+	bin := exectest.Build(t, "kintsugi-stitch", ".")
 	cfg, out := tinyProject(t, filepath.Join(dir, "p"), 2)
 	lock := filepath.Join(filepath.Dir(out), ".cyc01.lock")
 
@@ -156,7 +125,7 @@ func TestTwoRunsAndKill(t *testing.T) {
 		t.Fatalf("first run: exit %d\n%s", code, firstLog.String())
 	}
 	onlyOutput(t, out)
-	want := tree(t, out) // the first run was not interrupted (a stop is no kill)
+	want := exectest.ReadTree(t, out) // the first run was not interrupted (a stop is no kill)
 
 	// Killed with SIGKILL once it holds the lock and has begun writing.
 	killed := stitchCmd(bin, cfg, "SLURM_JOB_ID=1003")
@@ -185,7 +154,7 @@ func TestTwoRunsAndKill(t *testing.T) {
 		t.Errorf("rerun did not log the take-over and clean-up:\n%s", msg)
 	}
 	onlyOutput(t, out)
-	got := tree(t, out)
+	got := exectest.ReadTree(t, out)
 	if len(got) != len(want) {
 		t.Errorf("rerun wrote %d files, the uninterrupted run %d", len(got), len(want))
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -17,12 +18,7 @@ import (
 // nothing.
 func TestExecutable(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "kintsugi-stitch")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := exectest.Build(t, "kintsugi-stitch", ".")
 	o, err := synth.Preset("tiny")
 	if err != nil {
 		t.Fatal(err)
