@@ -44,20 +44,25 @@ func TestProductionScaleAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Measured on these three planes (seed 1; Go's arithmetic is the same on
+	// every amd64/arm64 machine): flatfield RMS 3.94 % mean, 4.00 % worst;
+	// darkfield 457.8 counts for 460, RMS 2.8 counts; 106 and 109 of 110
+	// pairs within 1 and 2 px; position RMS 0.367 px. The bounds are those
+	// figures with a small margin (the README quotes them).
 	const (
-		flatRMSMax  = 0.05 // mean-1 profiles; uncorrected is 0.101
-		darkErrMax  = 25.0 // |fitted mean - true mean|, counts (true 460)
-		darkRMSMax  = 25.0 // counts
-		pairs1Min   = 0.93 // fraction of neighbour pairs within 1 px of the truth
-		pairs2Min   = 0.97 // within 2 px
-		posRMSMax   = 0.6  // px, after removing the global offset
-		sceneNCCMin = 0.99 // stitched reference plane vs the true scene
+		flatRMSMax  = 0.042 // mean-1 profiles; uncorrected is 0.101
+		darkErrMax  = 6.0   // |fitted mean - true mean|, counts (true 460)
+		darkRMSMax  = 5.0   // counts
+		pairs1Min   = 0.96  // fraction of neighbour pairs within 1 px of the truth (106/110 = 0.964)
+		pairs2Min   = 0.99  // within 2 px (109/110 = 0.991)
+		posRMSMax   = 0.40  // px, after removing the global offset
+		sceneNCCMin = 0.99  // stitched reference plane vs the true scene
 	)
 	ch := rep.Channels[0]
 	t.Logf("flatfield RMS mean %.4f max %.4f (uncorrected %.4f); darkfield fit %.1f true %.1f rms %.2f; scene NCC %.4f",
 		ch.FlatRMSMean, ch.FlatRMSMax, ch.FlatBaselineRMS, ch.DarkFitMean, ch.DarkTrueMean, ch.DarkRMSMax, deref(ch.SceneNCC))
 	if ch.FlatRMSMax > flatRMSMax {
-		t.Errorf("flatfield RMS error %.4f at z%d > %.2f", ch.FlatRMSMax, ch.FlatRMSMaxZ, flatRMSMax)
+		t.Errorf("flatfield RMS error %.4f at z%d > %.3f", ch.FlatRMSMax, ch.FlatRMSMaxZ, flatRMSMax)
 	}
 	if d := ch.DarkFitMean - ch.DarkTrueMean; d > darkErrMax || d < -darkErrMax {
 		t.Errorf("darkfield mean %.1f counts, true %.1f (> %.0f off)", ch.DarkFitMean, ch.DarkTrueMean, darkErrMax)
@@ -71,7 +76,7 @@ func TestProductionScaleAccuracy(t *testing.T) {
 	p := rep.Positions
 	t.Logf("positions: rms %.3f max %.3f px (tile %d); pairs within 1 px %d/%d, within 2 px %d", p.RMS, p.Max, p.MaxTile, p.Within1, p.Pairs, p.Within2)
 	if float64(p.Within1) < pairs1Min*float64(p.Pairs) || float64(p.Within2) < pairs2Min*float64(p.Pairs) || p.RMS > posRMSMax {
-		t.Errorf("positions: %d/%d pairs within 1 px (min %.0f %%), %d within 2 px (min %.0f %%), rms %.3f px (max %.1f)",
+		t.Errorf("positions: %d/%d pairs within 1 px (min %.0f %%), %d within 2 px (min %.0f %%), rms %.3f px (max %.2f)",
 			p.Within1, p.Pairs, 100*pairs1Min, p.Within2, 100*pairs2Min, p.RMS, posRMSMax)
 	}
 }
