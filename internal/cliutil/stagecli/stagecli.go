@@ -19,6 +19,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 )
 
 // Flags returns a stage command's device flags: --device, --gpu,
@@ -83,11 +84,13 @@ func (o Opts) Resolve() (workers int, dev cliutil.Device, err error) {
 // (logged as a warning: the reference path, taken only when asked), else
 // onGPU of the CUDA engine at o.GPU. There is no fallback: a GPU that
 // cannot be opened is an error, a usage error (exit 2) when the binary was
-// built without CUDA. release frees the engine.
+// built without CUDA. release frees the engine and logs the process's peak
+// resident memory (VmHWM) so that every stage job reports it beside the
+// budget logged at Setup.
 func Open[E any](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engine) E) (eng E, release func(), err error) {
 	if dev == cliutil.DeviceCPU {
 		o.Logger.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")
-		return cpu(), func() {}, nil
+		return cpu(), func() { o.logPeak() }, nil
 	}
 	e, err := gpu.Open(gpu.Options{Device: o.GPU, Debug: o.GPUDebug})
 	if err != nil {
@@ -98,7 +101,12 @@ func Open[E any](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engin
 		return eng, nil, err
 	}
 	o.Logger.Info("engine", "device", e.Name())
-	return onGPU(e), func() { e.Close() }, nil
+	return onGPU(e), func() { e.Close(); o.logPeak() }, nil
+}
+
+// logPeak logs the peak resident memory of the process so far, in MiB.
+func (o Opts) logPeak() {
+	o.Logger.Info("peak host memory", "vmhwm_mib", fmt.Sprintf("%.0f", float64(membudget.PeakRSS())/(1<<20)))
 }
 
 // InputAsUsage maps errors caused by the input data (those matching one of

@@ -4,8 +4,8 @@ package stagecli
 
 import (
 	"errors"
-	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -16,7 +16,8 @@ import (
 // TestOpen: the CPU only when asked; without CUDA the GPU is a usage error
 // (exit 2) naming the device, never a switch to the CPU.
 func TestOpen(t *testing.T) {
-	o := Opts{GPU: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var logs strings.Builder
+	o := Opts{GPU: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	cpuCalls := 0
 	cpu := func() string { cpuCalls++; return "cpu" }
 	onGPU := func(*gpu.Engine) string { return "gpu" }
@@ -25,6 +26,9 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("cpu: %q, %v", e, err)
 	}
 	release()
+	if !regexp.MustCompile(`msg="peak host memory" vmhwm_mib=[1-9][0-9]*`).MatchString(logs.String()) {
+		t.Errorf("release did not log the peak resident memory:\n%s", logs.String())
+	}
 	_, _, err = Open(o, cliutil.DeviceGPU, cpu, onGPU)
 	if !errors.Is(err, gpu.ErrNoCUDA) || cliutil.ExitCode(err) != cliutil.ExitUsage || !strings.Contains(err.Error(), "open GPU 1") {
 		t.Errorf("gpu without CUDA: exit %d, %v", cliutil.ExitCode(err), err)
