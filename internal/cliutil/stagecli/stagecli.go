@@ -43,6 +43,11 @@ type Opts struct {
 	GPU      int    // --gpu: index among the visible devices
 	GPUDebug bool   // --gpu-debug
 	Logger   *slog.Logger
+	// MemBudget is the job's host memory budget in bytes and MemBudgetSource
+	// where it came from (--mem-budget, SLURM, cgroup, physical memory), as
+	// resolved and logged by Setup; the stage plans within it.
+	MemBudget       int64
+	MemBudgetSource string
 }
 
 // Setup sets up logging from the flags, refuses positional arguments as a
@@ -59,10 +64,12 @@ func Setup(c *cli.Context, noArgs bool) (Opts, error) {
 			return Opts{}, err
 		}
 	}
-	if _, _, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg); err != nil {
+	budget, src, err := cliutil.MemBudget(c.Int("mem-budget"), os.Getenv, lg)
+	if err != nil {
 		return Opts{}, err
 	}
-	return Opts{Workers: c.Int("workers"), Device: c.String("device"), GPU: c.Int("gpu"), GPUDebug: c.Bool("gpu-debug"), Logger: lg}, nil
+	return Opts{Workers: c.Int("workers"), Device: c.String("device"), GPU: c.Int("gpu"), GPUDebug: c.Bool("gpu-debug"), Logger: lg,
+		MemBudget: budget, MemBudgetSource: src}, nil
 }
 
 // Resolve decides the worker count (logged with where it came from) and
