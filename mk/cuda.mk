@@ -3,6 +3,8 @@
 #   make gpu        build bin/ executables with -tags cuda (cgo, CUDA driver
 #                   API + cuFFT through github.com/mumax/3/cuda)
 #   make gpu-test   go test -tags cuda (GPU conformance suites; needs a GPU)
+#   make gpu-vet    go vet -tags cuda (type-checks tests too) and link every
+#                   package (needs the toolkit's headers and libraries, no GPU)
 #   make ptx        regenerate internal/gpu/kernels/*.ptx with nvcc (only
 #                   after editing a .cu file; the PTX is committed)
 #   make gpu-bench  production-size benchmark of the stitch stage on the GPU
@@ -31,7 +33,7 @@ GPU_BENCH_ARGS ?=
 
 KERNEL_SRC := $(wildcard internal/gpu/kernels/*.cu)
 
-.PHONY: gpu gpu-test ptx gpu-bench gpu-check-toolkit
+.PHONY: gpu gpu-test gpu-vet ptx gpu-bench gpu-check-toolkit
 
 gpu-check-toolkit:
 	@test -f "$(CUDA_HOME)/include/cuda.h" || { echo "CUDA toolkit not found at CUDA_HOME=$(CUDA_HOME) (module load cuda, or set CUDA_HOME)"; exit 1; }
@@ -45,6 +47,11 @@ gpu: gpu-check-toolkit
 	  $(GPU_ENV) $(GO) build -tags cuda -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$name ./$$d || exit 1; \
 	done
 	@$(GPU_ENV) $(GO) build -tags cuda -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kintsugi-gpubench ./internal/gpu/gpubench
+
+gpu-vet: gpu-check-toolkit
+	$(GPU_ENV) $(GO) vet -tags cuda ./...
+	$(GPU_ENV) $(GO) build -tags cuda -o /dev/null ./internal/gpu/gpubench
+	$(GPU_ENV) $(GO) build -tags cuda ./...
 
 gpu-test: gpu-check-toolkit
 	$(GPU_ENV) $(GO) test -tags cuda $(GPU_TEST_FLAGS) $(GPU_TEST_PKGS)
