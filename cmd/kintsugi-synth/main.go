@@ -26,6 +26,8 @@ The same seed gives identical files, whatever --workers is.
 
 Presets:
    tiny        2x3 tiles of 160x200 px, 5 z, 2 channels, 3 cycles (CI)
+   example     5x6 tiles of 360x480 px at 1508 nm, 3 z, 2 channels, 2 cycles: the production
+               acquisition with 4x4 camera binning (make example, the end-to-end test)
    small       3x3 tiles of 360x480 px, 7 z, 4 channels, 2 cycles
    production  7x9 tiles of 1440x1920 px, 20 z, 4 channels, 1 cycle (about 28 GB)`,
 		flags(), run))
@@ -54,6 +56,8 @@ func flags() []cli.Flag {
 		&cli.Float64Flag{Name: "focus-range", Usage: "the focal plane varies by about ± this many planes"},
 		&cli.Float64Flag{Name: "jitter", Usage: "stage jitter standard deviation, px"},
 		&cli.Float64Flag{Name: "cycle-shift", Usage: "maximum per-axis cycle shift, px"},
+		&cli.Float64Flag{Name: "cell-spacing", Usage: "spacing of the cell grid, px"},
+		&cli.Float64Flag{Name: "nucleus-sigma", Usage: "mean nucleus Gaussian sigma, px"},
 		&cli.IntFlag{Name: "empty-tiles", Usage: "border tiles whose centre is off tissue"},
 		&cli.BoolFlag{Name: "blank-first-cycle", Usage: "channels 2.. of cycle 1 are blanks (preset: true)"},
 		&cli.Float64Flag{Name: "gain", Usage: "shot noise, counts per photoelectron (0: none)"},
@@ -128,7 +132,7 @@ func options(c *cli.Context) (synth.Options, error) {
 		"overlap": &o.Overlap, "pixel-size": &o.PixelSizeNM, "z-step": &o.ZStepNM, "na": &o.NA,
 		"refractive-index": &o.RefractiveIndex, "blur-per-plane": &o.BlurPerPlane, "focus-range": &o.FocusRange,
 		"jitter": &o.StageJitterPx, "cycle-shift": &o.CycleShiftPx, "gain": &o.Gain, "read-noise": &o.ReadNoise,
-		"dark": &o.DarkfieldBase,
+		"dark": &o.DarkfieldBase, "cell-spacing": &o.CellSpacingPx, "nucleus-sigma": &o.NucleusSigmaPx,
 	}
 	bools := map[string]*bool{
 		"blank-first-cycle": &o.BlankFirstCycle, "truth-scene": &o.WriteTruthScene, "focus-scene": &o.WriteFocusScene,
