@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole pipeline (stitch -> deconvolve -> edf -> registration) through
-# Snakemake on the small built-in synthetic project, locally (no SLURM), on the
+# Snakemake on the built-in "example" synthetic project (5 x 6 tiles of 360 x 480 px,
+# 3 z-planes, 2 channels, 2 cycles: the production acquisition with 4 x 4 camera
+# binning), locally (no SLURM), on the
 # CPU device, asked for explicitly with `device: cpu` (this machine may have no
 # GPU; production runs use the GPU and never fall back to the CPU). Then scores
 # the stitch result against the synthetic ground truth and lists the outputs.
@@ -25,18 +27,18 @@ fi
 make build
 rm -rf "$out"
 # The explicit CPU device: this example must run on machines without a GPU.
-bin/kintsugi-synth --preset tiny --out "$out" --kintsugi-dir "$repo" --device cpu
+bin/kintsugi-synth --preset example --out "$out" --kintsugi-dir "$repo" --device cpu
 
 cores=${EXAMPLE_CORES:-$(nproc)}
 # Debian's snakemake runs on /usr/bin/python3 (a pyenv python3 on PATH lacks it).
 snakemake registration --snakefile "$repo/Snakefile" --directory "$out" \
   --configfile "$out/config.yaml" --cores "$cores" --printshellcmds
-bin/kintsugi-accuracy --project "$out" --cycle 1
+for c in 1 2; do bin/kintsugi-accuracy --project "$out" --cycle "$c"; done
 p=$out/data/processed
 echo "stitched planes:     $p/stitched/cycNN/CH{c}/NN.tif"
 echo "deconvolved planes:  $p/deconvolved/cycNN/CH{c}/deconv_NNN.tif"
 echo "EDF images:          $(ls "$p"/edf/cyc01/*.tif | xargs -n1 basename | tr '\n' ' ')(per cycle, marker names)"
 echo "registered:          $p/registered/cycNN/<marker>.tif, $p/registered/registered.ome.tif"
 for m in "$p"/registered/qc/cyc*_metrics.json; do [ -f "$m" ] && echo "  $(basename "$m"): $(tr -d '\n ' < "$m" | grep -o '"ncc_[a-z_]*":[-0-9.e]*' | tr '\n' ' ')"; done
-echo "note: BaSiC cannot identify flatfield and darkfield from the 6 small tiles of this example; on a"
-echo "production-size cycle (63 tiles of 1440x1920) it recovers them to ~3 % and a few counts (README, Accuracy)."
+echo "accuracy: the flatfield error of every channel is well below the uncorrected one (DAPI ~4.8 % vs 10.1 %;"
+echo "CH2 ~3-4.7 % vs 5.6 %), the darkfield within ~20 counts of 460-464 (README, Accuracy)."
