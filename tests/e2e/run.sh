@@ -67,7 +67,7 @@ SHAPE_TOL_PX=1
 # worst plane. The example preset's tiles hold as many cells as production tiles, so BaSiC identifies
 # the profiles (internal/stitch's TestExamplePresetAccuracy asserts the same on 2 cycles). Measured
 # (seed 1, 7 cycles, 2026-11-30): flatfield RMS error 0.47-0.48 of the uncorrected one for DAPI
-# (4.8-4.9 % vs 10.1 %), 0.32-0.84 for CH2 (blank and markers; uncorrected 5.6 %, worst the marker of
+# (4.7-4.9 % vs 10.1 %), 0.32-0.84 for CH2 (blank and markers; uncorrected 5.6 %, worst the marker of
 # cycle 2); darkfield 455.8-456.5 counts for 460 (DAPI), 443.2-471.5 for 464 (CH2; worst the blank of
 # cycle 1, autofluorescence only, -20.8), RMS error at most 21.5 counts. Bounds: those with a margin.
 FLAT_REL_MAX=0.90      # flatfield RMS error / uncorrected (the true flatfield's RMS deviation from 1)
