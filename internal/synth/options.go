@@ -50,6 +50,10 @@ type Options struct {
 	WriteFocusScene   bool    // also write the all-in-focus scene at mosaic size
 	DarkfieldBase     float64 // darkfield mean of channel 1, counts (others add 4 counts per channel)
 	DarkfieldGradient float64 // peak-to-peak darkfield gradient across a tile, counts
+	// Variety (variety.go; zero: off, the presets' output is unchanged).
+	DarkfieldVary  float64 // peak-to-peak smooth spatial darkfield pattern across a tile, counts
+	MarkerFraction float64 // fraction of cells each marker channel labels, (0, 1]; 0: drawn per channel (0.08-0.33)
+	TissueCover    float64 // fraction of the mosaic on the tissue side of a straight tissue edge, (0, 1]; 0: no edge
 
 	Workers int          // parallel workers; 0: runtime.NumCPU()
 	Logger  *slog.Logger // nil: slog.Default()
@@ -188,6 +192,12 @@ func (o Options) Validate() error {
 		return bad("gain and read noise must not be negative")
 	case o.DarkfieldBase < 0 || o.DarkfieldBase > 20000 || o.DarkfieldGradient < 0:
 		return bad("darkfield base %g counts (0..20000), gradient %g", o.DarkfieldBase, o.DarkfieldGradient)
+	case !(o.DarkfieldVary >= 0 && o.DarkfieldVary <= 20000):
+		return bad("darkfield variation %g counts: want 0..20000", o.DarkfieldVary)
+	case !(o.MarkerFraction >= 0 && o.MarkerFraction <= 1):
+		return bad("marker fraction %g: want 0..1 (0: drawn per channel)", o.MarkerFraction)
+	case !(o.TissueCover >= 0 && o.TissueCover <= 1):
+		return bad("tissue cover %g: want 0..1 (0: no tissue edge)", o.TissueCover)
 	case o.Workers < 0:
 		return bad("workers %d: must not be negative", o.Workers)
 	}

@@ -70,6 +70,7 @@ func (o Options) Darkfield(c int) *raster.Float32 {
 			sum += x
 		}
 	}
+	o.darkfieldVariation(vals, c) // zero-mean; nothing without DarkfieldVary
 	shift := o.DarkfieldMean(c) - sum/float64(len(vals))
 	for p, x := range vals {
 		d.Pix[p] = float32(x + shift)

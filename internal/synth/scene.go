@@ -109,11 +109,15 @@ func newTissueField(o Options, ext extent, empty []int) *tissueField {
 		width = 1
 	}
 	t.v = make([]float32, len(d))
+	edge := newTissueEdge(o) // 1 everywhere without TissueCover
 	for i := range t.ny {
 		y := t.y0 + float64(i)*t.step
 		for j := range t.nx {
 			x := t.x0 + float64(j)*t.step
 			m := smoothstep((d[i*t.nx+j] - thr) / width)
+			if edge.on {
+				m *= edge.at(y, x)
+			}
 			for _, k := range empty {
 				r, c := SnakeRowCol(k, o.Cols)
 				by := softBox(y, float64(r)*o.stepY(), float64(o.TileH))
@@ -346,7 +350,7 @@ func (m *tissueModel) channelBlobs(cycle, ch int) []blob {
 	default:
 		rng := stream(o.Seed, tagMarker, uint64(cycle), uint64(ch))
 		kind := markerKind(rng.IntN(3))
-		p := 0.08 + 0.25*rng.Float64()
+		p := o.markerFraction(0.08 + 0.25*rng.Float64())
 		median := 800 + 4000*rng.Float64()
 		for _, c := range m.cells {
 			u, la := rng.Float64(), rng.NormFloat64()
