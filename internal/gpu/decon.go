@@ -495,3 +495,84 @@ func (e *Engine) deconSelect(n int64, pass func(bins cu.DevicePtr, shift, mask, 
 	hi := decon.Percentile(int(n), qs[1], at)
 	return lo, hi
 }
+
+// AllocStack allocates an n x h x w float32 device stack (contents
+// undefined), to be filled plane by plane with UploadPlaneGray16 so that a
+// channel goes to the device as it is read: the host then holds only the
+// planes in flight, not the whole stack.
+func (e *Engine) AllocStack(ctx context.Context, n, h, w int) (*DevStack, error) {
+	if n < 1 || h < 1 || w < 1 {
+		return nil, fmt.Errorf("%w: device stack of %dx%dx%d (x,y,z)", decon.ErrInput, w, h, n)
+	}
+	d := &DevStack{N: n, H: h, W: w}
+	err := e.do(ctx, "decon alloc", func() error {
+		d.ptr = e.alloc(d.len() * 4)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// UploadPlaneGray16 copies a uint16 plane (counts) into plane z of d as
+// float32 (exact: the same values UploadStack sends for the stack of those
+// planes). It returns when pg may be reused.
+func (e *Engine) UploadPlaneGray16(ctx context.Context, d *DevStack, z int, pg *raster.Gray16) error {
+	if d == nil || d.ptr == 0 || z < 0 || z >= d.N || pg == nil || pg.W != d.W || pg.H != d.H || len(pg.Pix) != d.W*d.H {
+		return fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
+	}
+	return e.do(ctx, "decon upload plane", func() error {
+		n := int64(d.H) * int64(d.W)
+		tmp := e.alloc(n * 2)
+		defer e.release(tmp)
+		put(e, tmp, pg.Pix)
+		e.launch("normalize_u16", grid1(n), d.ptr+cu.DevicePtr(int64(z)*n*4), tmp, n, float32(1))
+		return nil
+	})
+}
+
+// DownloadPlaneGray16 rounds plane z of d to uint16 on the device
+// (decon.Quantize, as DeconvolveGray16) and copies it into dst (H x W).
+func (e *Engine) DownloadPlaneGray16(ctx context.Context, d *DevStack, z int, dst *raster.Gray16) error {
+	if d == nil || d.ptr == 0 || z < 0 || z >= d.N || dst == nil || dst.W != d.W || dst.H != d.H || len(dst.Pix) != d.W*d.H {
+		return fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
+	}
+	return e.do(ctx, "decon download plane uint16", func() error {
+		n := int64(d.H) * int64(d.W)
+		q := e.alloc(n * 2)
+		defer e.release(q)
+		e.launch("decon_quantize", grid1(n), q, d.ptr+cu.DevicePtr(int64(z)*n*4), n)
+		get(e, dst.Pix, q)
+		return nil
+	})
+}
+
+// DeconStreams reports, without doing any work, whether a deconvolution of
+// an n x h x w stack with k and p would stream its iterates through pinned
+// host memory on this engine now (the device's free memory, or
+// p.MemoryBudget), and if so the pinned host bytes it allocates (3 padded
+// float32 arrays for RL, 6 for Biggs-Andrews). A stack that fits neither
+// form is the plan's ErrOutOfMemory.
+func (e *Engine) DeconStreams(ctx context.Context, n, h, w int, k *psf.Kernel, p decon.Params) (streamed bool, pinned int64, err error) {
+	if err := p.Validate(); err != nil {
+		return false, 0, err
+	}
+	if err := k.Check(); err != nil {
+		return false, 0, err
+	}
+	var pl deconPlan
+	err = e.do(ctx, "decon plan", func() error {
+		var err error
+		pl, err = e.deconMakePlan(n, h, w, k, p, false)
+		return err
+	})
+	if err != nil || !pl.streamed {
+		return false, 0, err
+	}
+	arrays := int64(3)
+	if p.Biggs() {
+		arrays = 6
+	}
+	return true, arrays * int64(pl.pn) * int64(pl.g.PH) * int64(pl.g.PW) * 4, nil
+}

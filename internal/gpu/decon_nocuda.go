@@ -40,6 +40,24 @@ func (*Engine) DeconvolveGray16(context.Context, *raster.Stack, *psf.Kernel, dec
 	return nil, decon.Stats{}, ErrNoCUDA
 }
 
+// AllocStack returns ErrNoCUDA.
+func (*Engine) AllocStack(context.Context, int, int, int) (*DevStack, error) { return nil, ErrNoCUDA }
+
+// UploadPlaneGray16 returns ErrNoCUDA.
+func (*Engine) UploadPlaneGray16(context.Context, *DevStack, int, *raster.Gray16) error {
+	return ErrNoCUDA
+}
+
+// DownloadPlaneGray16 returns ErrNoCUDA.
+func (*Engine) DownloadPlaneGray16(context.Context, *DevStack, int, *raster.Gray16) error {
+	return ErrNoCUDA
+}
+
+// DeconStreams returns ErrNoCUDA.
+func (*Engine) DeconStreams(context.Context, int, int, int, *psf.Kernel, decon.Params) (bool, int64, error) {
+	return false, 0, ErrNoCUDA
+}
+
 type noDecon struct{}
 
 func (noDecon) Deconvolve(context.Context, *raster.Stack, *psf.Kernel, decon.Params) (*raster.Stack, decon.Stats, error) {
