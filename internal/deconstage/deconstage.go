@@ -28,10 +28,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -84,6 +86,14 @@ type Options struct {
 	Logger  *slog.Logger
 	// CPU marks the CPU engine (its window budget defaults to DefaultCPUBudget).
 	CPU bool
+	// MemBudget is the host memory (resident set, bytes) the stage may use
+	// (cliutil.MemBudget: --mem-budget, SLURM, cgroup, physical memory):
+	// the stage sizes its read-ahead, write-behind and (CPU) windows from
+	// it (memory.go) and refuses a budget below its smallest working set
+	// before writing anything. 0: no budget (the preferred plan).
+	MemBudget int64
+	// MemBudgetSource says where MemBudget came from, for logs and errors.
+	MemBudgetSource string
 }
 
 // Channel is one channel's outcome.
@@ -104,6 +114,12 @@ type Result struct {
 	Dir      string
 	Channels []Channel
 	Seconds  float64
+	// ChannelsInFlight is the memory plan's channels held at once (read
+	// ahead, deconvolving, written behind); PlannedBytes its need; Plan
+	// the plan in words.
+	ChannelsInFlight int
+	PlannedBytes     int64
+	Plan             string
 }
 
 // InputDir is the stitched directory of a cycle.
@@ -326,24 +342,56 @@ func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st 
 	return out, s, k, info, algInput(err)
 }
 
-// deconvolvePages is Deconvolve rounded to uint16 planes, on the device
-// when the engine can.
-func deconvolvePages(ctx context.Context, eng Engine, cfg *config.Config, ch int, st *raster.Stack, cpu bool, workers int) ([]*raster.Gray16, decon.Stats, *psf.Kernel, psf.Info, error) {
-	g, ok := eng.(Gray16Engine)
-	if !ok {
-		out, s, k, info, err := Deconvolve(ctx, eng, cfg, ch, st, cpu, workers)
-		if err != nil {
-			return nil, s, k, info, err
-		}
-		return ToPages(out), s, k, info, nil
+// job is one channel's settings and input.
+type job struct {
+	ch    int
+	paths []string
+	w, h  int
+	p     decon.Params
+	k     *psf.Kernel
+	info  psf.Info
+	mode  mode
+}
+
+// input is a channel read: a float32 stack (modeStack) or, read ahead in
+// modePlane, its uint16 planes; nil pages in modePlane: read while
+// uploading.
+type input struct {
+	st    *raster.Stack
+	pages []*raster.Gray16
+	sec   float64
+	err   error
+}
+
+// read reads job j's input: the float32 stack, or with hold (modePlane
+// read ahead) every uint16 plane; modePlane without hold reads nothing.
+func (j *job) read(ctx context.Context, workers int, hold bool) input {
+	t0 := time.Now()
+	var in input
+	switch {
+	case j.mode == modeStack:
+		in.st, in.err = ReadStack(ctx, j.paths, j.w, j.h, workers)
+	case hold:
+		in.pages = make([]*raster.Gray16, len(j.paths))
+		in.err = par.ForEach(ctx, len(j.paths), workers, func(z int) error {
+			pg, err := readPlane(j.paths[z], j.w, j.h)
+			in.pages[z] = pg
+			return err
+		})
 	}
-	// A Gray16Engine is a device engine: cpu is false here.
-	p, k, info, err := settings(cfg, ch, cpu, workers)
+	in.sec = time.Since(t0).Seconds()
+	return in
+}
+
+func readPlane(path string, w, h int) (*raster.Gray16, error) {
+	img, err := tiffio.ReadGray16(path)
 	if err != nil {
-		return nil, decon.Stats{}, nil, info, err
+		return nil, staging.Inputf("%s: %v", path, err)
 	}
-	pages, s, err := g.DeconvolveGray16(ctx, st, k, p)
-	return pages, s, k, info, algInput(err)
+	if img.W != w || img.H != h {
+		return nil, staging.Inputf("%s is %dx%d, want %dx%d", path, img.W, img.H, w, h)
+	}
+	return img, nil
 }
 
 // Run deconvolves one cycle.
@@ -365,65 +413,203 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if _, err := Params(cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	type chIn struct {
-		paths []string
-		w, h  int
-	}
-	ins := make([]chIn, len(cfg.Channels))
+	gpuEng, _ := o.Engine.(*GPUEngine)
+	jobs := make([]*job, len(cfg.Channels))
+	chans := make([]chanMem, len(cfg.Channels))
+	modes := make([]mode, len(cfg.Channels))
 	for i, ch := range cfg.Channels {
-		if _, _, err := Kernel(cfg, ch); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+		p, k, info, err := settings(cfg, ch, o.CPU, workers)
+		if err != nil {
+			return nil, err
 		}
 		paths, w, h, err := Planes(filepath.Join(in, fmt.Sprintf("CH%d", ch)), cfg.NZPlanes)
 		if err != nil {
 			return nil, err
 		}
-		ins[i] = chIn{paths, w, h}
+		j := &job{ch: ch, paths: paths, w: w, h: h, p: p, k: k, info: info}
+		chans[i] = newChanMem(len(paths), h, w, k, p)
+		if gpuEng != nil {
+			streamed, pinned, err := gpuEng.e.DeconStreams(ctx, len(paths), h, w, k, p)
+			if err != nil {
+				return nil, fmt.Errorf("channel %d: %w", ch, algInput(err))
+			}
+			chans[i].Streamed, chans[i].Pinned = streamed, pinned
+			if !streamed {
+				j.mode = modePlane
+			}
+		}
+		jobs[i], modes[i] = j, j.mode
 	}
-	final := OutDir(cfg.ProjectDir, o.Cycle)
+	// The memory plan, before any output: a budget below the smallest
+	// working set is refused here.
+	mm := newMemModel(gpuEng != nil, o.CPU, modes, chans, workers, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	plan, err := mm.choose()
+	if err != nil {
+		return nil, err
+	}
+	defer membudget.SetGoLimit(mm.goLimit())()
+	if o.CPU && o.MemBudget > 0 {
+		for _, j := range jobs {
+			j.p.MemoryBudget = min(j.p.MemoryBudget, plan.Window)
+		}
+	}
+	res := &Result{Dir: OutDir(cfg.ProjectDir, o.Cycle), ChannelsInFlight: 1 + plan.Ahead + plan.Behind, PlannedBytes: mm.need(plan)}
+	res.Plan = fmt.Sprintf("channels_in_flight=%d read_ahead=%d write_behind=%d planned=%s fixed=%s pinned=%s go_limit=%s budget=%s",
+		res.ChannelsInFlight, plan.Ahead, plan.Behind, membudget.Format(res.PlannedBytes), membudget.Format(mm.fixed),
+		membudget.Format(mm.pinned()), membudget.Format(mm.goLimit()), budgetText(o.MemBudget, o.MemBudgetSource))
+	attrs := []any{"cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+		"channels_in_flight", res.ChannelsInFlight, "read_ahead", plan.Ahead, "write_behind", plan.Behind,
+		"planned", membudget.Format(res.PlannedBytes), "fixed", membudget.Format(mm.fixed), "go_limit", membudget.Format(mm.goLimit()),
+		"channel_uint16", membudget.Format(chans[0].u())}
+	switch {
+	case modes[0] == modePlane:
+		attrs = append(attrs, "host_form", "planes to and from the device")
+	case chans[0].Streamed:
+		attrs = append(attrs, "host_form", "float32 stack, iterates streamed through pinned host memory", "pinned", membudget.Format(mm.pinned()))
+	default:
+		attrs = append(attrs, "host_form", "float32 stack", "padded_array", membudget.Format(chans[0].p()))
+		if o.CPU {
+			attrs = append(attrs, "cpu_window_budget", membudget.Format(plan.Window))
+		}
+	}
+	lg.Info("memory plan", attrs...)
+
+	final := res.Dir
 	stage, err := staging.New(final)
 	if err != nil {
 		return nil, err
 	}
 	defer stage.Abort()
-	res := &Result{Dir: final}
 	lg.Info("deconvolving cycle", "cycle", o.Cycle, "channels", cfg.Channels, "engine", o.Engine.Name(), "workers", workers,
 		"psf_model", cfg.Decon.PSFModel, "algorithm", cfg.Decon.Algorithm, "iterations", cfg.Decon.Iterations)
-	for i, ch := range cfg.Channels {
-		c := Channel{Channel: ch, Planes: len(ins[i].paths), W: ins[i].w, H: ins[i].h}
-		t0 := time.Now()
-		st, err := ReadStack(ctx, ins[i].paths, ins[i].w, ins[i].h, workers)
-		if err != nil {
-			return nil, err
+
+	// Goroutines of read-ahead and write-behind end before Run returns
+	// (the staging directory is removed on failure only after them).
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	res.Channels = make([]Channel, len(jobs))
+	var ahead chan input  // the next channel, read ahead
+	var behind chan error // the previous channel, written behind
+	waitBehind := func() error {
+		if behind == nil {
+			return nil
 		}
-		c.ReadSec = time.Since(t0).Seconds()
-		t1 := time.Now()
-		pages, s, k, info, err := deconvolvePages(ctx, o.Engine, cfg, ch, st, o.CPU, workers)
-		if err != nil {
-			if errors.Is(err, ErrInput) {
-				return nil, fmt.Errorf("channel %d (%s): %w", ch, filepath.Dir(ins[i].paths[0]), err)
-			}
-			return nil, fmt.Errorf("channel %d: %w", ch, err)
-		}
-		c.Seconds = time.Since(t1).Seconds()
-		c.Stats, c.Info, c.PSF = s, info, k.String()
-		st = nil
-		t2 := time.Now()
-		chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", ch))
-		if err := os.MkdirAll(chDir, 0o755); err != nil {
-			return nil, err
-		}
-		if err := par.ForEach(ctx, len(pages), workers, func(z int) error {
-			return tiffio.WriteGray16(filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)), pages[z])
-		}); err != nil {
-			return nil, fmt.Errorf("channel %d: write: %w", ch, err)
-		}
-		c.WriteSec = time.Since(t2).Seconds()
-		lg.Info("channel deconvolved", "cycle", o.Cycle, "channel", ch, "planes", c.Planes, "size", fmt.Sprintf("%dx%d", c.W, c.H),
+		err := <-behind
+		behind = nil
+		return err
+	}
+	logChannel := func(c Channel) {
+		s := c.Stats
+		lg.Info("channel deconvolved", "cycle", o.Cycle, "channel", c.Channel, "planes", c.Planes, "size", fmt.Sprintf("%dx%d", c.W, c.H),
 			"psf", c.PSF+" (x,y,z)", "iterations", s.Iterations, "stopped", s.Stopped, "chunks", s.Chunks, "streamed", s.Streamed,
 			"lo", s.Lo, "hi", s.Hi, "raw_max", s.RawMax, "decon_s", fmt.Sprintf("%.2f", c.Seconds),
 			"read_s", fmt.Sprintf("%.2f", c.ReadSec), "write_s", fmt.Sprintf("%.2f", c.WriteSec))
-		res.Channels = append(res.Channels, c)
+	}
+	for i, j := range jobs {
+		c := &res.Channels[i]
+		*c = Channel{Channel: j.ch, Planes: len(j.paths), W: j.w, H: j.h, PSF: j.k.String(), Info: j.info}
+		var cin input
+		if ahead != nil {
+			cin = <-ahead
+			ahead = nil
+		} else {
+			cin = j.read(ctx, workers, false)
+		}
+		if cin.err != nil {
+			return nil, cin.err
+		}
+		c.ReadSec = cin.sec
+		if plan.Ahead > 0 && i+1 < len(jobs) {
+			ahead = make(chan input, 1)
+			next := jobs[i+1]
+			wg.Add(1)
+			go func(ch chan input) {
+				defer wg.Done()
+				ch <- next.read(ctx, workers, true)
+			}(ahead)
+		}
+		chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", j.ch))
+		if err := os.MkdirAll(chDir, 0o755); err != nil {
+			return nil, err
+		}
+		planePath := func(z int) string { return filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)) }
+		wrapErr := func(err error) error {
+			err = algInput(err)
+			if errors.Is(err, ErrInput) {
+				return fmt.Errorf("channel %d (%s): %w", j.ch, filepath.Dir(j.paths[0]), err)
+			}
+			return fmt.Errorf("channel %d: %w", j.ch, err)
+		}
+		// pages: the channel's result on the host (modeStack, or
+		// modePlane written behind); nil: written plane by plane.
+		var pages []*raster.Gray16
+		t1 := time.Now()
+		if j.mode == modePlane {
+			var err error
+			pages, err = runPlanes(ctx, gpuEng.e, j, cin, workers, plan.Behind > 0, c, waitBehind, planePath)
+			if err != nil {
+				return nil, wrapErr(err)
+			}
+		} else {
+			st := cin.st
+			cin.st = nil
+			var s decon.Stats
+			var err error
+			if g, ok := o.Engine.(Gray16Engine); ok {
+				pages, s, err = g.DeconvolveGray16(ctx, st, j.k, j.p)
+			} else {
+				var out *raster.Stack
+				out, s, err = o.Engine.Deconvolve(ctx, st, j.k, j.p)
+				if err == nil {
+					pages = ToPages(out)
+				}
+			}
+			st = nil
+			if err != nil {
+				return nil, wrapErr(err)
+			}
+			c.Stats = s
+			c.Seconds = time.Since(t1).Seconds()
+			if err := waitBehind(); err != nil {
+				return nil, err
+			}
+		}
+		if pages == nil { // written plane by plane
+			logChannel(*c)
+			continue
+		}
+		write := func(pages []*raster.Gray16) error {
+			t2 := time.Now()
+			err := par.ForEach(ctx, len(pages), workers, func(z int) error {
+				err := tiffio.WriteGray16(planePath(z), pages[z])
+				pages[z] = nil
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("channel %d: write: %w", j.ch, err)
+			}
+			c.WriteSec = time.Since(t2).Seconds()
+			logChannel(*c)
+			return nil
+		}
+		if plan.Behind == 0 {
+			if err := write(pages); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		behind = make(chan error, 1)
+		wg.Add(1)
+		go func(ch chan error, pages []*raster.Gray16) {
+			defer wg.Done()
+			ch <- write(pages)
+		}(behind, pages)
+	}
+	if err := waitBehind(); err != nil {
+		return nil, err
 	}
 	res.Seconds = time.Since(start).Seconds()
 	if err := os.WriteFile(filepath.Join(stage.Path, "DECONV_parameters.txt"), []byte(ParametersText(cfg, o, res)), 0o644); err != nil {

@@ -123,7 +123,8 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 	if err := cliutil.CheckCycle(cfg, cycle); err != nil {
 		return err
 	}
-	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.Logger, CPU: cpu})
+	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.Logger, CPU: cpu,
+		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return asExit(err)
 }
 
