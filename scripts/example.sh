@@ -40,5 +40,5 @@ echo "deconvolved planes:  $p/deconvolved/cycNN/CH{c}/deconv_NNN.tif"
 echo "EDF images:          $(ls "$p"/edf/cyc01/*.tif | xargs -n1 basename | tr '\n' ' ')(per cycle, marker names)"
 echo "registered:          $p/registered/cycNN/<marker>.tif, $p/registered/registered.ome.tif"
 for m in "$p"/registered/qc/cyc*_metrics.json; do [ -f "$m" ] && echo "  $(basename "$m"): $(tr -d '\n ' < "$m" | grep -o '"ncc_[a-z_]*":[-0-9.e]*' | tr '\n' ' ')"; done
-echo "accuracy: the flatfield error of every channel is well below the uncorrected one (DAPI ~4.8 % vs 10.1 %;"
-echo "CH2 ~3-4.7 % vs 5.6 %), the darkfield within ~20 counts of 460-464 (README, Accuracy)."
+echo "accuracy: every channel's flatfield error is below the uncorrected one (DAPI ~4.8 % vs 10.1 %; CH2 3.0 %"
+echo "(blank) and 4.7 % (marker) vs 5.6 %), the darkfield within ~21 counts of 460-464 (README, Accuracy)."
