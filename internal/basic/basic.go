@@ -105,6 +105,10 @@ type Profile struct {
 	WorkFlat, WorkDark []float32
 	Iterations         int // inner ALM iterations summed over all rounds
 	Reweights          int // reweighting rounds run
+	// Converged reports that the last round's change met ReweightTol;
+	// Stalled that the fit was stopped early as stagnating (see RoundStop).
+	// A fit that is not Converged used all rounds or Stalled.
+	Converged, Stalled bool
 }
 
 // Fitter fits one profile per stack. Implementations (CPU reference, CUDA)

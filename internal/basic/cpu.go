@@ -215,6 +215,7 @@ func fitOne(ctx context.Context, st *raster.Stack, p Params, workers int) (Profi
 	flatCur := make([]float64, m)
 	darkLast := make([]float64, m)
 	prof := Profile{W: st.W, H: st.H}
+	stop := NewRoundStop(p)
 	for round := 1; round <= p.MaxReweightIterations; round++ {
 		it, err := s.solve(ctx)
 		prof.Iterations += it
@@ -256,10 +257,11 @@ func fitOne(ctx context.Context, st *raster.Stack, p Params, workers int) (Profi
 		}
 		copy(flatLast, flatCur)
 		copy(darkLast, s.offset)
-		if math.Max(madFlat, madDark) <= p.ReweightTol {
+		if stop.Round(math.Max(madFlat, madDark), it) {
 			break
 		}
 	}
+	prof.Converged, prof.Stalled = stop.Converged, stop.Stalled
 
 	prof.WorkFlat = make([]float32, m)
 	prof.WorkDark = make([]float32, m)

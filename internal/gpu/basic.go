@@ -306,6 +306,7 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 		return nil, fmt.Errorf("darkfield method %v not implemented on the GPU", p.DarkfieldMethod)
 	}
 	round := make([]int, F)
+	stops := make([]*basic.RoundStop, F) // the CPU's stop rule, per fit
 	finished := make([]bool, F)
 	iters := make([]int, F)
 	act := make([]int32, F)
@@ -313,6 +314,7 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 	for f := range F {
 		round[f] = 1
 		act[f] = 1
+		stops[f] = basic.NewRoundStop(p)
 	}
 	put(e, ACT, act)
 	e.resetSolve(ACT, gpix, perFit, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF, m)
@@ -381,7 +383,7 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 					madDark = s[stDNum] / math.Max(s[stDDen], 1e-6)
 				}
 			}
-			if math.Max(madFlat, madDark) <= p.ReweightTol || round[f] >= p.MaxReweightIterations {
+			if stops[f].Round(math.Max(madFlat, madDark), int(s[stIter])) {
 				finished[f] = true
 				act[f] = 0
 				act2[f] = 0
@@ -407,7 +409,8 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 	get(e, darkW, DARKLAST)
 	profs := make([]basic.Profile, F)
 	for f, in := range ins {
-		pr := basic.Profile{W: in.w, H: in.h, Iterations: iters[f], Reweights: round[f]}
+		pr := basic.Profile{W: in.w, H: in.h, Iterations: iters[f], Reweights: round[f],
+			Converged: stops[f].Converged, Stalled: stops[f].Stalled}
 		pr.WorkFlat = make([]float32, m)
 		pr.WorkDark = make([]float32, m)
 		for i := range m {

@@ -372,7 +372,8 @@ func alignTiles(ctx context.Context, o Options, cyc *dataset.Cycle, tiles []*ras
 }
 
 // refitUniform handles fits under the darkest-image darkfield rule that did
-// not converge (all reweighting rounds used) or whose flatfield came back
+// not converge (all reweighting rounds used, or stopped early as stagnating:
+// basic.RoundStop) or whose flatfield came back
 // uniform (BaSiC's guard against negative values): each such plane is fitted
 // again, with the same quality settings, under the original rule, which
 // converges where the darkest-image level oscillates (measured on dense DAPI
@@ -387,7 +388,7 @@ func refitUniform(ctx context.Context, eng Engine, planes [][]*raster.Gray16, id
 	alt.DarkfieldMethod = basic.DarkfieldOriginal
 	n := 0
 	for i := range profs {
-		if !uniformFlat(&profs[i]) && profs[i].Reweights < bp.MaxReweightIterations {
+		if !uniformFlat(&profs[i]) && !profs[i].Stalled && profs[i].Reweights < bp.MaxReweightIterations {
 			continue
 		}
 		re, err := eng.Fit(ctx, planes[i:i+1], alt)
@@ -395,10 +396,10 @@ func refitUniform(ctx context.Context, eng Engine, planes [][]*raster.Gray16, id
 			return n, fmt.Errorf("CH%d Z%d: basic refit: %w", ids[i].ch, ids[i].z, err)
 		}
 		lg.Warn("BaSiC fit with the darkest-image darkfield rule did not converge; refitted with the original rule",
-			"channel", ids[i].ch, "z", ids[i].z, "rounds", profs[i].Reweights, "iterations", profs[i].Iterations,
+			"channel", ids[i].ch, "z", ids[i].z, "rounds", profs[i].Reweights, "iterations", profs[i].Iterations, "stalled", profs[i].Stalled,
 			"uniform", uniformFlat(&profs[i]), "refit_rounds", re[0].Reweights, "refit_iterations", re[0].Iterations,
 			"refit_uniform", uniformFlat(&re[0]))
-		if !uniformFlat(&re[0]) && re[0].Reweights < bp.MaxReweightIterations {
+		if !uniformFlat(&re[0]) && !re[0].Stalled && re[0].Reweights < bp.MaxReweightIterations {
 			profs[i] = re[0]
 			n++
 		}
