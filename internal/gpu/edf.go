@@ -4,6 +4,8 @@ package gpu
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"time"
 	"unsafe"
 
@@ -260,4 +262,103 @@ func (e *Engine) edfWaveletDev(ctx context.Context, stack cu.DevicePtr, f32 bool
 		e.launch("edf_wl_map_index", g1, outIdx, hmaj, dused, plane)
 	}
 	return nil
+}
+
+// EDFStack is one channel's uint16 z-stack (z, y, x) in device memory,
+// filled plane by plane (Put) as the planes are read, so that the host
+// holds only the planes in flight, never the whole stack; Fuse then runs
+// the quality gate and the fusion on it with the kernels and arithmetic of
+// EDF (results bit-identical to EDF on the same planes). It is the stage's
+// streamed form (edfstage's memory plan); Free gives the device memory back.
+type EDFStack struct {
+	e       *Engine
+	N, H, W int
+	ptr     cu.DevicePtr
+}
+
+// NewEDFStack allocates an n x h x w uint16 device stack (contents
+// undefined until every plane is Put).
+func (e *Engine) NewEDFStack(ctx context.Context, n, h, w int) (*EDFStack, error) {
+	if n < 1 || h < 1 || w < 1 || n > math.MaxUint16 {
+		return nil, fmt.Errorf("edf: device stack of %dx%dx%d (x,y,z)", w, h, n)
+	}
+	s := &EDFStack{e: e, N: n, H: h, W: w}
+	err := e.do(ctx, "edf alloc stack", func() error {
+		s.ptr = e.alloc(int64(n) * int64(h) * int64(w) * 2)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Put copies plane pg (H x W counts) into plane z of the stack. It returns
+// when pg may be reused or dropped (the bytes are in the engine's pinned
+// staging buffers or on the device). Safe from several goroutines: the
+// engine serialises the copies.
+func (s *EDFStack) Put(ctx context.Context, z int, pg *raster.Gray16) error {
+	if s == nil || s.ptr == 0 || z < 0 || z >= s.N || pg == nil || pg.W != s.W || pg.H != s.H || len(pg.Pix) != s.W*s.H {
+		return fmt.Errorf("edf: plane %d does not fit the device stack", z)
+	}
+	plane := int64(s.W) * int64(s.H)
+	return s.e.do(ctx, "edf upload plane", func() error {
+		s.e.upload([]hostSeg{{host: unsafe.Pointer(&pg.Pix[0]), dev: s.ptr + cu.DevicePtr(int64(z)*plane*2), n: plane * 2}})
+		return nil
+	})
+}
+
+// Fuse applies the gate to the stack's planes, selects the slices and fuses
+// them with p, as EDF does with host planes; the result (output plane,
+// index map, gate counts) comes back to the host.
+func (s *EDFStack) Fuse(ctx context.Context, g edf.Gate, p edf.Params) (*edf.Result, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if s == nil || s.ptr == 0 {
+		return nil, fmt.Errorf("edf: fuse of a freed device stack")
+	}
+	e := s.e
+	w, h, n := s.W, s.H, s.N
+	plane := int64(w) * int64(h)
+	res := &edf.Result{Out: raster.NewGray16(w, h), Index: make([]uint16, w*h)}
+	err := e.do(ctx, "edf", func() error {
+		res.Stats = e.edfGateDev(s.ptr, false, n, h, w)
+		used, err := edf.Select(res.Stats, g)
+		if err != nil {
+			return err
+		}
+		res.Used = used
+		out := e.alloc(plane * 2)
+		idx := e.alloc(plane * 2)
+		defer e.release(out, idx)
+		fuse := e.edfFuseDev
+		if p.Method == edf.MethodWavelet {
+			fuse = e.edfWaveletDev
+		}
+		if err := fuse(ctx, s.ptr, false, h, w, used, p, out, idx); err != nil {
+			return err
+		}
+		e.download([]hostSeg{
+			{host: unsafe.Pointer(&res.Out.Pix[0]), dev: out, n: plane * 2},
+			{host: unsafe.Pointer(&res.Index[0]), dev: idx, n: plane * 2}})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Free gives the stack's device memory back to the engine's pool.
+func (s *EDFStack) Free() {
+	if s == nil || s.ptr == 0 {
+		return
+	}
+	ptr := s.ptr
+	s.ptr = 0
+	_ = s.e.do(context.Background(), "edf free stack", func() error {
+		s.e.release(ptr)
+		return nil
+	})
 }

@@ -23,3 +23,20 @@ func (*Engine) EDF(context.Context, []*raster.Gray16, edf.Gate, edf.Params) (*ed
 func (*Engine) EDFTimed(context.Context, []*raster.Gray16, edf.Gate, edf.Params, bool) (*edf.Result, EDFTimings, error) {
 	return nil, EDFTimings{}, ErrNoCUDA
 }
+
+// EDFStack is a device stack for EDF; empty in this build.
+type EDFStack struct{ N, H, W int }
+
+// NewEDFStack returns ErrNoCUDA.
+func (*Engine) NewEDFStack(context.Context, int, int, int) (*EDFStack, error) { return nil, ErrNoCUDA }
+
+// Put returns ErrNoCUDA.
+func (*EDFStack) Put(context.Context, int, *raster.Gray16) error { return ErrNoCUDA }
+
+// Fuse returns ErrNoCUDA.
+func (*EDFStack) Fuse(context.Context, edf.Gate, edf.Params) (*edf.Result, error) {
+	return nil, ErrNoCUDA
+}
+
+// Free does nothing.
+func (*EDFStack) Free() {}
