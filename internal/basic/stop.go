@@ -79,7 +79,7 @@ const (
 //     above ReweightTol. A reweighting round is a deterministic map of the
 //     previous round's weights, so a fit that has come back to the same
 //     change pattern for two whole periods is circling (measured: a
-//     period-2 cycle 0.75 / 3 from round 8 to 25) instead of settling,
+//     period-2 cycle 0.75 / 3 from round 8 to 25, stopped at round 17) instead of settling,
 //     where the change keeps falling.
 //
 // The first round's change is +Inf by definition (no previous darkfield)

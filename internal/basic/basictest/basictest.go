@@ -248,6 +248,8 @@ const (
 func Run(t *testing.T, f basic.Fitter) {
 	t.Run("Accuracy", func(t *testing.T) { testAccuracy(t, f) })
 	t.Run("EdgeDarkfield", func(t *testing.T) { testEdge(t, f) })
+	t.Run("DenseNuclei", func(t *testing.T) { testDenseNuclei(t, f) })
+	t.Run("StallStopsEarly", func(t *testing.T) { testStall(t, f) })
 	t.Run("Validate", func(t *testing.T) { testValidate(t, f) })
 	t.Run("Cancel", func(t *testing.T) { testCancel(t, f) })
 	t.Run("Shapes", func(t *testing.T) { testShapes(t, f) })

@@ -1,0 +1,171 @@
+package basictest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// SynthCase is one stack made by the project's generator (package synth):
+// its example acquisition (5 x 6 tiles, production optics seen through 4 x 4
+// binning) at 240 x 320 px tiles, one plane, one cycle, with a darkfield
+// pattern, a channel and a tissue layout (synth's variety options). The
+// darkfield has mean 460 counts (DAPI) or 464 (marker channel).
+type SynthCase struct {
+	Dark    string // "flat", "gradient" (200 counts peak to peak), "vary" (300-count smooth pattern)
+	Channel string // "dapi" (dense nuclei), "sparse" (marker on 10 % of cells), "dense" (marker on 90 %)
+	Edge    bool   // a straight tissue edge, 75 % of the mosaic on tissue
+	Seed    uint64
+}
+
+func (c SynthCase) String() string {
+	e := "-"
+	if c.Edge {
+		e = "edge"
+	}
+	return fmt.Sprintf("%-8s %-6s %-4s s%d", c.Dark, c.Channel, e, c.Seed)
+}
+
+// MakeSynth generates c under dir and returns the (n, y, x) stack in
+// counts/65535 and its truth (flatfield mean 1, darkfield counts/65535).
+func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
+	tb.Helper()
+	o, err := synth.Preset("example")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	o.OutDir = dir
+	o.Seed = c.Seed
+	o.TileH, o.TileW = 240, 320
+	o.NZ, o.NCycles, o.NChannels = 1, 1, 2
+	o.BlankFirstCycle = false
+	o.WriteTruthScene = false
+	o.StageJitterPx = 1
+	o.Workers = 2
+	switch c.Dark {
+	case "flat":
+		o.DarkfieldGradient = 0
+	case "gradient":
+		o.DarkfieldGradient = 200
+	case "vary":
+		o.DarkfieldVary = 300
+	default:
+		tb.Fatalf("unknown darkfield %q", c.Dark)
+	}
+	ch := 1
+	switch c.Channel {
+	case "dapi":
+	case "sparse":
+		ch, o.MarkerFraction = 2, 0.1
+	case "dense":
+		ch, o.MarkerFraction = 2, 0.9
+	default:
+		tb.Fatalf("unknown channel %q", c.Channel)
+	}
+	o.Channels = []int{ch}
+	if c.Edge {
+		o.TissueCover = 0.75
+	}
+	o.Logger = discardLogger
+	if err := synth.Generate(context.Background(), o); err != nil {
+		tb.Fatal(err)
+	}
+	n := o.Rows * o.Cols
+	st := raster.NewStack(n, o.TileH, o.TileW)
+	for k := range n {
+		g, err := tiffio.ReadGray16(filepath.Join(synth.RawDir(dir, 1), synth.RawName(k+1, 1, ch)))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		pl := st.Plane(k)
+		for i, v := range g.Pix {
+			pl[i] = float32(v) / 65535
+		}
+	}
+	flat, dark := o.Flatfield(ch), o.Darkfield(ch)
+	tr := Truth{Flat: make([]float64, len(flat.Pix)), Dark: make([]float64, len(dark.Pix))}
+	for i := range tr.Flat {
+		tr.Flat[i], tr.Dark[i] = float64(flat.Pix[i]), float64(dark.Pix[i])/65535
+	}
+	return st, tr
+}
+
+// DarkRMS is the RMS darkfield error of prof against tr, counts.
+func DarkRMS(prof basic.Profile, tr Truth) float64 {
+	var ss float64
+	for i, v := range tr.Dark {
+		e := (float64(prof.Darkfield[i]) - v) * 65535
+		ss += e * e
+	}
+	return math.Sqrt(ss / float64(len(tr.Dark)))
+}
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// Bounds of the generator cases (measured on the CPU, plus margin).
+const (
+	// DenseDarkMeanTol bounds |darkfield mean error| of the production
+	// rule on the dense-DAPI stack, counts (of 460; measured +12.5; before
+	// the zero-mean-W guard the darkest-image rule gave NaN and 0).
+	DenseDarkMeanTol = 40.0
+	// StallMaxRounds: the limit-cycling stack must stop by this round
+	// (measured: 17 on the CPU; the cycle starts at round 8 and its
+	// changes agree within 1e-3 from round 12).
+	StallMaxRounds = 20
+)
+
+// testDenseNuclei fits the generator's dense DAPI stack (flat darkfield,
+// no glass tiles) with the production settings: the fit must converge and
+// find the darkfield level.
+func testDenseNuclei(t *testing.T, f basic.Fitter) {
+	if testing.Short() {
+		t.Skip("-short: generator stack")
+	}
+	st, tr := MakeSynth(t, t.TempDir(), SynthCase{"flat", "dapi", false, 1})
+	p := basic.Production()
+	profs, err := f.Fit(context.Background(), []*raster.Stack{st}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := profs[0]
+	e := Compare(pr, tr)
+	t.Logf("dense DAPI, %v: %v; %d rounds, %d iterations, converged %v", p.DarkfieldMethod, e, pr.Reweights, pr.Iterations, pr.Converged)
+	checkProfile(t, pr, st, p)
+	if !pr.Converged || pr.Stalled {
+		t.Errorf("fit did not converge (%d rounds, stalled %v)", pr.Reweights, pr.Stalled)
+	}
+	if math.Abs(e.DarkMean) > DenseDarkMeanTol {
+		t.Errorf("darkfield mean error %+.1f counts, bound %.0f (truth mean %.1f)", e.DarkMean, DenseDarkMeanTol, e.DarkMeanIn)
+	}
+}
+
+// testStall fits a generator stack on which the original darkfield rule
+// falls into a period-2 limit cycle (300-count darkfield pattern, sparse
+// marker, tissue edge): the fit must stop early, flagged Stalled and not
+// Converged, so that the stitch stage refits it.
+func testStall(t *testing.T, f basic.Fitter) {
+	if testing.Short() {
+		t.Skip("-short: generator stack")
+	}
+	st, _ := MakeSynth(t, t.TempDir(), SynthCase{"vary", "sparse", true, 1})
+	p := basic.Production()
+	p.DarkfieldMethod = basic.DarkfieldOriginal
+	profs, err := f.Fit(context.Background(), []*raster.Stack{st}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := profs[0]
+	t.Logf("limit cycle, %v: %d rounds, %d iterations, converged %v, stalled %v", p.DarkfieldMethod, pr.Reweights, pr.Iterations, pr.Converged, pr.Stalled)
+	checkProfile(t, pr, st, p)
+	if !pr.Stalled || pr.Converged || pr.Reweights > StallMaxRounds {
+		t.Errorf("got %d rounds, stalled %v, converged %v; want stalled within %d rounds", pr.Reweights, pr.Stalled, pr.Converged, StallMaxRounds)
+	}
+}
