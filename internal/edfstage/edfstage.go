@@ -25,12 +25,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -58,6 +60,15 @@ type Options struct {
 	Fuser   edf.Fuser
 	Workers int
 	Logger  *slog.Logger
+	// MemBudget is the host memory (resident set, bytes) the stage may use
+	// (cliutil.MemBudget: --mem-budget, SLURM, cgroup, physical memory):
+	// the stage plans its read-ahead within it (memory.go) and refuses a
+	// budget below its smallest working set with a *membudget.NeedError
+	// naming ConfigKeyMem before any output. 0: no budget (the preferred
+	// plan).
+	MemBudget int64
+	// MemBudgetSource says where MemBudget came from, for logs and errors.
+	MemBudgetSource string
 }
 
 // Channel is one channel's outcome.
@@ -76,6 +87,10 @@ type Result struct {
 	OutDir   string
 	Channels []Channel
 	Seconds  float64
+	// MemPlan is the memory plan taken (memory.go) and MemPlanned the
+	// budget it needs, bytes.
+	MemPlan    string
+	MemPlanned int64
 }
 
 // Stack lists one channel's input planes: deconv_*.tif, sorted by name.
@@ -186,6 +201,28 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		stacks[i] = files
 	}
+	// The memory plan, from the planes' TIFF headers: a budget below the
+	// smallest working set stops here, before any output.
+	dims := make([][2]int, len(stacks)) // H, W per channel
+	maxN, maxH, maxW := 0, 0, 0
+	for i, files := range stacks {
+		info, err := tiffio.ReadInfo(files[0])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+		}
+		dims[i] = [2]int{info.Height, info.Width}
+		maxN = max(maxN, len(files))
+		if int64(info.Height)*int64(info.Width) > int64(maxH)*int64(maxW) {
+			maxH, maxW = info.Height, info.Width
+		}
+	}
+	mm := newMemModel(o.Fuser, maxN, maxH, maxW, o.Workers, p, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	mp, err := mm.choose()
+	if err != nil {
+		return nil, err
+	}
+	defer membudget.SetGoLimit(mm.goLimit())()
+
 	final := OutDir(cfg.ProjectDir, o.Cycle)
 	stage, err := staging.New(final)
 	if err != nil {
@@ -194,55 +231,28 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer stage.Abort()
 	lg.Info("edf", "cycle", o.Cycle, "channels", cfg.Channels, "method", p.Method, "engine", o.Fuser.Name(),
 		"sigma", p.Sigma, "radius_x", p.RadiusX, "radius_y", p.RadiusY, "z_smooth_sigma", p.ZSmoothSigma)
-
-	// Read channel i+1 while channel i is fused.
-	type loaded struct {
-		planes []*raster.Gray16
-		secs   float64
-		err    error
+	lg.Info("memory plan", "cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+		"plan", mp.String(), "planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.fixed),
+		"go_limit", membudget.Format(mm.goLimit()), "plane", fmt.Sprintf("%dx%d px, %s", maxW, maxH, membudget.Format(mm.plane())),
+		"planes_per_channel", maxN)
+	res := &Result{OutDir: final, MemPlan: mp.String(), MemPlanned: mm.need(mp)}
+	// Under a budget, garbage (planes fused or sent to the device) is
+	// collected as soon as it is made instead of when the heap nears the
+	// Go limit.
+	collect := func() {
+		if o.MemBudget > 0 {
+			runtime.GC()
+		}
 	}
-	next := make(chan loaded, 1)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(next)
-		for i := range stacks {
-			t := time.Now()
-			pl, err := ReadPlanes(rctx, stacks[i], o.Workers)
-			select {
-			case next <- loaded{pl, time.Since(t).Seconds(), err}:
-			case <-rctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	res := &Result{OutDir: final}
-	for i, ch := range cfg.Channels {
-		ld, ok := <-next
-		if !ok {
-			return nil, ctx.Err()
-		}
-		if ld.err != nil {
-			return nil, ld.err
-		}
-		dir := filepath.Dir(stacks[i][0])
+
+	// done fuses nothing: it writes channel i's result and logs it.
+	done := func(i int, r *edf.Result, nPlanes int, readS, edfS float64) error {
+		ch := cfg.Channels[i]
+		c := Channel{Channel: ch, File: cfg.EDFFileName(o.Cycle, ch), Planes: nPlanes, Used: r.Used,
+			ReadS: readS, EDFS: edfS}
 		t := time.Now()
-		r, err := o.Fuser.EDF(ctx, ld.planes, g, p)
-		if err != nil {
-			if errors.Is(err, edf.ErrTooFewSlices) {
-				return nil, staging.Inputf("channel %d (%s): %w", ch, dir, err)
-			}
-			return nil, fmt.Errorf("channel %d (%s): %w", ch, dir, err)
-		}
-		c := Channel{Channel: ch, File: cfg.EDFFileName(o.Cycle, ch), Planes: len(ld.planes), Used: r.Used,
-			ReadS: ld.secs, EDFS: time.Since(t).Seconds()}
-		ld.planes = nil
-		t = time.Now()
 		if err := tiffio.WriteGray16(filepath.Join(stage.Path, c.File), r.Out); err != nil {
-			return nil, err
+			return err
 		}
 		c.WriteS = time.Since(t).Seconds()
 		zeros := edf.StatsOf(r.Out.Pix).ZeroFrac()
@@ -252,6 +262,32 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		lg.Info("channel done", "cycle", o.Cycle, "channel", ch, "file", c.File, "planes", c.Planes,
 			"used", sliceRange(r.Used), "read_s", f2(c.ReadS), "edf_s", f2(c.EDFS), "write_s", f2(c.WriteS))
 		res.Channels = append(res.Channels, c)
+		return nil
+	}
+	fuseErr := func(i int, err error) error {
+		ch, dir := cfg.Channels[i], filepath.Dir(stacks[i][0])
+		if errors.Is(err, edf.ErrTooFewSlices) {
+			return staging.Inputf("channel %d (%s): %w", ch, dir, err)
+		}
+		return fmt.Errorf("channel %d (%s): %w", ch, dir, err)
+	}
+
+	if mp.Streamed {
+		st := streamerOf(o.Fuser)
+		for i := range stacks {
+			t := time.Now()
+			r, readS, err := fuseStreamed(ctx, st, stacks[i], dims[i][0], dims[i][1], mp.Readers, g, p, collect)
+			if err != nil {
+				return nil, fuseErr(i, err)
+			}
+			if err := done(i, r, len(stacks[i]), readS, time.Since(t).Seconds()-readS); err != nil {
+				return nil, err
+			}
+			r = nil
+			collect()
+		}
+	} else if err := fuseStacked(ctx, o, stacks, mp, g, p, collect, fuseErr, done); err != nil {
+		return nil, err
 	}
 	res.Seconds = time.Since(t0).Seconds()
 	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, p, res); err != nil {

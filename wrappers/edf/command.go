@@ -61,7 +61,8 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 		return err
 	}
 	defer release()
-	_, err = edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: cycle, Fuser: f, Workers: workers, Logger: o.Logger})
+	_, err = edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: cycle, Fuser: f, Workers: workers, Logger: o.Logger,
+		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return inputAsUsage(err)
 }
 
