@@ -63,6 +63,22 @@ func Write(ctx context.Context, path string, width, height int, channels []Chann
 	return nil
 }
 
+// WriterMemory is Write's working set beyond the channel's plane and its
+// reduced levels, bytes, for tiles of tileSize px (0: DefaultTileSize) and
+// workers goroutines: the 2·workers+1 compressed tiles in flight and the
+// workers' output buffers (a deflated tile may exceed its raw bytes by a
+// little), each worker's raw tile and zlib state (about 1 MiB), and the
+// write buffer.
+func WriterMemory(tileSize, workers int) int64 {
+	if tileSize <= 0 {
+		tileSize = DefaultTileSize
+	}
+	workers = max(1, workers)
+	raw := int64(tileSize) * int64(tileSize) * 2
+	bufs := int64(3*workers + 1)
+	return bufs*(raw+raw/16+1024) + int64(workers)*(raw+1<<20) + bufferSize
+}
+
 func check(width, height int, channels []Channel, o *Options) error {
 	if width <= 0 || height <= 0 || width > math.MaxInt32 || height > math.MaxInt32 {
 		return fmt.Errorf("invalid image size %dx%d", width, height)

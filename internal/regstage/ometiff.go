@@ -17,6 +17,9 @@ import (
 // OMEName is the project's pyramidal multi-channel OME-TIFF in registered/.
 const OMEName = "registered.ome.tif"
 
+// omeTileSize is the OME-TIFF's tile side, px.
+const omeTileSize = 512
+
 // writeOME writes registered.ome.tif (internal/ometiff): every cycle x
 // channel, in cycle order and each cycle's file order, as a channel named
 // by its marker (the file name without .tif; " cycNN" is appended to a
@@ -64,7 +67,7 @@ func writeOME(ctx context.Context, cfg *config.Config, dir string, res *Result, 
 		return nil
 	}
 	out := filepath.Join(dir, OMEName)
-	if err := ometiff.Write(ctx, out, w, h, chans, ometiff.Options{PixelSizeNM: cfg.XYPixelSize, TileSize: 512, Workers: workers}); err != nil {
+	if err := ometiff.Write(ctx, out, w, h, chans, ometiff.Options{PixelSizeNM: cfg.XYPixelSize, TileSize: omeTileSize, Workers: workers}); err != nil {
 		return err
 	}
 	if lg != nil {

@@ -14,7 +14,8 @@ import (
 
 // padSize returns the padded size of two images under the padding rule.
 func padSize(paths ...string) (int, int, error) {
-	return checkSizes([]cycleInput{{files: paths}})
+	h, w, _, err := checkSizes([]cycleInput{{files: paths}})
+	return h, w, err
 }
 
 // Pair registers one image to another (kintsugi-register pair): fixed and

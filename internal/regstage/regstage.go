@@ -22,9 +22,16 @@
 // MaxPadFrac of the dimension (whichever is larger) is refused. With one
 // cycle, its EDF images are copied (the original's behaviour).
 //
-// Memory: the reference DAPI image is read once and kept only as its
-// downsampled levels; then one cycle at a time is read, registered and
-// warped (all of its channels at once), and written.
+// Memory: the stage sizes its pipeline from the job's budget
+// (Options.MemBudget; memory.go has the model) and stops before any output
+// with a *membudget.NeedError naming ConfigKeyMem when even the smallest
+// working set does not fit. The reference DAPI image is read once and kept
+// only as its downsampled levels; then one cycle at a time: its DAPI is
+// read and registered while the next channels are read ahead, every
+// channel is warped one at a time (the DAPI first, so that it is dropped
+// before the next channel comes in) and handed to a bounded write-behind,
+// and the cycle's transform, metrics and overlay are written as soon as it
+// is done. The OME-TIFF re-reads the registered images one at a time.
 //
 // Bad input is an error wrapping ErrInput that names the file, cycle or
 // config key: a missing EDF sentinel, directory or image; the reference
@@ -46,14 +53,16 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -95,8 +104,18 @@ type Options struct {
 	Backend register.Backend
 	Workers int
 	Logger  *slog.Logger
-	// Device names the device for the sentinel and logs ("gpu" or "cpu").
+	// Device names the device for the sentinel and logs ("gpu" or "cpu");
+	// "gpu" with a backend other than register.CPU also picks the GPU's
+	// memory model.
 	Device string
+	// MemBudget is the host memory (resident set, bytes) the stage may use
+	// (cliutil.MemBudget: --mem-budget, SLURM, cgroup, physical memory):
+	// the read-ahead and write-behind are sized from it, and a budget below
+	// the smallest working set is an error (*membudget.NeedError naming
+	// ConfigKeyMem) before any output. 0: no budget (the preferred plan).
+	MemBudget int64
+	// MemBudgetSource says where MemBudget came from, for logs and errors.
+	MemBudgetSource string
 }
 
 // CycleResult is one cycle's outcome.
@@ -114,6 +133,10 @@ type Result struct {
 	H, W      int
 	Cycles    []CycleResult
 	Seconds   float64
+	// PlanesInMemory is the most full-size planes held at once by the
+	// pipeline (read and not yet warped, or warped and not yet written),
+	// at most the memory plan's.
+	PlanesInMemory int
 }
 
 // cycleInput is one cycle's EDF files.
@@ -166,7 +189,7 @@ func discover(cfg *config.Config) ([]cycleInput, error) {
 }
 
 // checkSizes reads every image's size and returns the padded size.
-func checkSizes(cycles []cycleInput) (h, w int, err error) {
+func checkSizes(cycles []cycleInput) (h, w int, pad bool, err error) {
 	type sz struct {
 		path string
 		h, w int
@@ -177,13 +200,13 @@ func checkSizes(cycles []cycleInput) (h, w int, err error) {
 			p := filepath.Join(ci.dir, f)
 			info, err := tiffio.ReadInfo(p)
 			if err != nil {
-				return 0, 0, staging.Inputf("%w", err)
+				return 0, 0, false, staging.Inputf("%w", err)
 			}
 			if info.BitsPerSample != 16 || info.SampleFormat == 3 || info.SamplesPerPixel != 1 {
-				return 0, 0, staging.Inputf("%s: %d-bit, sample format %d, %d samples per pixel: want single-channel uint16", p, info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
+				return 0, 0, false, staging.Inputf("%s: %d-bit, sample format %d, %d samples per pixel: want single-channel uint16", p, info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
 			}
 			if info.Height < MinSidePx || info.Width < MinSidePx {
-				return 0, 0, staging.Inputf("%s is %d x %d (w x h): registration needs at least %d px per side", p, info.Width, info.Height, MinSidePx)
+				return 0, 0, false, staging.Inputf("%s is %d x %d (w x h): registration needs at least %d px per side", p, info.Width, info.Height, MinSidePx)
 			}
 			all = append(all, sz{p, info.Height, info.Width})
 			h, w = max(h, info.Height), max(w, info.Width)
@@ -193,11 +216,12 @@ func checkSizes(cycles []cycleInput) (h, w int, err error) {
 	limW := max(MaxPadPx, int(MaxPadFrac*float64(w)))
 	for _, s := range all {
 		if h-s.h > limH || w-s.w > limW {
-			return 0, 0, staging.Inputf("%s is %d x %d (w x h), the largest image is %d x %d: more than the %d x %d px padding allowed (max(%d px, %g of the size))",
+			return 0, 0, false, staging.Inputf("%s is %d x %d (w x h), the largest image is %d x %d: more than the %d x %d px padding allowed (max(%d px, %g of the size))",
 				s.path, s.w, s.h, w, h, limW, limH, MaxPadPx, MaxPadFrac)
 		}
+		pad = pad || s.h != h || s.w != w
 	}
-	return h, w, nil
+	return h, w, pad, nil
 }
 
 // Pad returns g zero-padded at the bottom and right to h x w (g itself
@@ -239,10 +263,27 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, w, err := checkSizes(cycles)
+	h, w, pad, err := checkSizes(cycles)
 	if err != nil {
 		return nil, err
 	}
+	// The memory plan: a budget below the smallest working set stops
+	// here, before any output.
+	geom := geometry{H: h, W: w, Pad: pad, Workers: workers, Levels: levelFactors(p, h, w)}
+	for _, ci := range cycles {
+		geom.Channels = max(geom.Channels, len(ci.files))
+	}
+	mm := newMemModel(o.Backend, o.Device, geom, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	plan, err := mm.choose()
+	if err != nil {
+		return nil, err
+	}
+	defer membudget.SetGoLimit(mm.goLimit())()
+	lg.Info("memory plan", "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+		"planes_read", plan.In, "planes_written", plan.Out, "planes_in_memory", plan.Planes(),
+		"planned", membudget.Format(mm.need(plan)), "fixed", membudget.Format(mm.e.Fixed), "go_limit", membudget.Format(mm.goLimit()),
+		"plane", fmt.Sprintf("%dx%d px, %s", w, h, membudget.Format(mm.plane)), "padding", pad)
+
 	final := OutDir(cfg.ProjectDir)
 	d, err := staging.New(final)
 	if err != nil {
@@ -268,7 +309,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Cycles = append(res.Cycles, CycleResult{Cycle: ci.cycle, Files: ci.files})
 		lg.Info("single cycle: EDF images copied", "cycle", ci.cycle)
 	} else {
-		if err := registerAll(ctx, o, p, cycles, h, w, d.Path, res); err != nil {
+		if err := registerAll(ctx, o, p, plan, cycles, h, w, d.Path, res); err != nil {
 			return nil, err
 		}
 	}
@@ -294,11 +335,147 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-func registerAll(ctx context.Context, o Options, p register.Params, cycles []cycleInput, h, w int, out string, res *Result) error {
+// levelFactors are the distinct level factors of registration, coarse
+// first.
+func levelFactors(p register.Params, h, w int) []int {
+	kc, kr, kn := p.Levels(h, w)
+	ks := []int{kc}
+	for _, k := range []int{kr, kn} {
+		if !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+func budgetText(b int64, src string) string {
+	if b <= 0 {
+		return "none"
+	}
+	return membudget.Format(b) + " (" + src + ")"
+}
+
+// pipeline holds the plan's plane slots: in for planes read and not yet
+// warped, out for warped planes being produced or written, and the
+// write-behind's goroutines.
+type pipeline struct {
+	in, out chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	err     error
+	held    int // planes in slots now
+	most    int // the most at once
+}
+
+func newPipeline(p memPlan) *pipeline {
+	return &pipeline{in: make(chan struct{}, p.In), out: make(chan struct{}, p.Out)}
+}
+
+// take takes a slot of sem (pl.in or pl.out), waiting for one.
+func (pl *pipeline) take(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	pl.mu.Lock()
+	pl.held++
+	pl.most = max(pl.most, pl.held)
+	pl.mu.Unlock()
+	return nil
+}
+
+// give gives a slot of sem back.
+func (pl *pipeline) give(sem chan struct{}) {
+	pl.mu.Lock()
+	pl.held--
+	pl.mu.Unlock()
+	<-sem
+}
+
+// background runs fn on a goroutine holding one out slot (taken by the
+// caller), which it gives back when fn returns; the first error is kept
+// for wait.
+func (pl *pipeline) background(fn func() error) {
+	pl.wg.Add(1)
+	go func() {
+		defer pl.wg.Done()
+		err := fn()
+		pl.give(pl.out)
+		if err != nil {
+			pl.mu.Lock()
+			if pl.err == nil {
+				pl.err = err
+			}
+			pl.mu.Unlock()
+		}
+	}()
+}
+
+// failed is the first background error so far.
+func (pl *pipeline) failed() error {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.err
+}
+
+// wait waits for the background writes and returns their first error.
+func (pl *pipeline) wait() error {
+	pl.wg.Wait()
+	return pl.failed()
+}
+
+// readResult is one channel read ahead.
+type readResult struct {
+	g   *raster.Gray16
+	err error
+}
+
+// readAhead reads files (but skip) of ci in order on one goroutine, each
+// into an in slot, and sends them on the returned channel (buffered: the
+// reader never blocks on it). It stops at the first error or when ctx is
+// done; done is closed when it has returned.
+func (pl *pipeline) readAhead(ctx context.Context, ci cycleInput, skip string, h, w int) (<-chan readResult, <-chan struct{}) {
+	ch := make(chan readResult, len(ci.files))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, f := range ci.files {
+			if f == skip {
+				continue
+			}
+			if err := pl.take(ctx, pl.in); err != nil {
+				ch <- readResult{err: err}
+				return
+			}
+			g, err := readPadded(filepath.Join(ci.dir, f), h, w)
+			if err != nil {
+				pl.give(pl.in)
+			}
+			ch <- readResult{g, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch, done
+}
+
+func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan, cycles []cycleInput, h, w int, out string, res *Result) (err error) {
 	lg := o.Logger
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	pl := newPipeline(plan)
+	// Background writes end before the staging directory may be removed.
+	defer func() {
+		cancel()
+		if werr := pl.wait(); err == nil {
+			err = werr
+		}
+		res.PlanesInMemory = pl.most
+	}()
 	var refIn cycleInput
 	for _, ci := range cycles {
 		if ci.cycle == res.Reference {
@@ -317,16 +494,24 @@ func registerAll(ctx context.Context, o Options, p register.Params, cycles []cyc
 	_, _, kn := p.Levels(h, w)
 	refOverlay := overlayLevel(refImg, w, h)
 	refImg = nil
-	// The reference cycle: its padded images, unchanged.
-	err = par.ForEach(ctx, len(refIn.files), o.Workers, func(i int) error {
-		g, err := readPadded(filepath.Join(refIn.dir, refIn.files[i]), h, w)
-		if err != nil {
+	// The reference cycle: its padded images, unchanged, each read and
+	// written in an out slot.
+	for _, f := range refIn.files {
+		if err := pl.take(ctx, pl.out); err != nil {
 			return err
 		}
-		return writeGray16(filepath.Join(out, config.CycleName(refIn.cycle), refIn.files[i]), g)
-	})
-	if err != nil {
-		return err
+		if err := pl.failed(); err != nil {
+			pl.give(pl.out)
+			return err
+		}
+		src, dst := filepath.Join(refIn.dir, f), filepath.Join(out, config.CycleName(refIn.cycle), f)
+		pl.background(func() error {
+			g, err := readPadded(src, h, w)
+			if err != nil {
+				return err
+			}
+			return writeGray16(dst, g)
+		})
 	}
 	res.Cycles = append(res.Cycles, CycleResult{Cycle: refIn.cycle, Files: refIn.files, Seconds: time.Since(t0).Seconds()})
 	lg.Info("reference cycle", "cycle", refIn.cycle, "dapi", refIn.dapi, "levels_nonrigid", kn, "seconds", fmt.Sprintf("%.1f", time.Since(t0).Seconds()))
@@ -338,70 +523,100 @@ func registerAll(ctx context.Context, o Options, p register.Params, cycles []cyc
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t1 := time.Now()
-		dapi, err := readPadded(filepath.Join(ci.dir, ci.dapi), h, w)
-		if err != nil {
+		if err := registerCycle(ctx, o, p, pl, ci, h, w, out, refOverlay, ref, res, lg); err != nil {
 			return err
 		}
-		r, err := register.Register(ctx, o.Backend, ref, dapi, p)
-		if err != nil {
-			return fmt.Errorf("cycle %d: %w", ci.cycle, err)
-		}
-		m := r.Metrics
-		lg.Info("registered", "cycle", ci.cycle, "rotation_deg", fmt.Sprintf("%.4f", m.RotationDeg),
-			"translation", fmt.Sprintf("(%.2f, %.2f)", m.TranslationY, m.TranslationX),
-			"ncc", fmt.Sprintf("%.4f -> %.4f -> %.4f", m.NCCBefore, m.NCCRigid, m.NCCNonRigid),
-			"field_max_px", fmt.Sprintf("%.2f", m.DispMaxPx), "jacobian_min", fmt.Sprintf("%.3f", m.JacobianMin), "non_rigid_dropped", m.NonRigidDropped)
-		if m.NCCFinal < m.NCCBefore-NCCTolerance {
-			return staging.Inputf("cycle %d: registration makes DAPI (%s) agree worse with the reference cycle %d: NCC %.4f before, %.4f after rigid, %.4f after non-rigid (rotation %.3f°, translation (%.1f, %.1f) px); nothing written",
-				ci.cycle, filepath.Join(ci.dir, ci.dapi), res.Reference, m.NCCBefore, m.NCCRigid, m.NCCNonRigid, m.RotationDeg, m.TranslationY, m.TranslationX)
-		}
-		// Every channel of the cycle, warped at once.
-		imgs := make([]*raster.Gray16, len(ci.files))
-		err = par.ForEach(ctx, len(ci.files), o.Workers, func(i int) error {
-			if ci.files[i] == ci.dapi {
-				imgs[i] = dapi
-				return nil
-			}
-			g, err := readPadded(filepath.Join(ci.dir, ci.files[i]), h, w)
-			imgs[i] = g
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		warped, err := o.Backend.Warp(ctx, imgs, &r.Mapping, h, w)
-		if err != nil {
-			return fmt.Errorf("cycle %d: warp: %w", ci.cycle, err)
-		}
-		imgs, dapi = nil, nil
-		name := config.CycleName(ci.cycle)
-		err = par.ForEach(ctx, len(warped), o.Workers, func(i int) error {
-			return writeGray16(filepath.Join(out, name, ci.files[i]), warped[i])
-		})
-		if err != nil {
-			return err
-		}
-		var dapiW *raster.Gray16
-		for i, f := range ci.files {
-			if f == ci.dapi {
-				dapiW = warped[i]
-			}
-		}
-		if err := WriteTransform(filepath.Join(out, "registration_data"), name, r, h, w); err != nil {
-			return err
-		}
-		if err := writeJSON(filepath.Join(out, "qc", name+"_metrics.json"), cycleMetrics{Cycle: ci.cycle, Reference: res.Reference, DAPI: ci.dapi, Metrics: m}); err != nil {
-			return err
-		}
-		if err := writeOverlay(filepath.Join(out, "qc", name+"_overlay.png"), refOverlay, overlayLevel(dapiW, w, h)); err != nil {
-			return err
-		}
-		mm := m
-		res.Cycles = append(res.Cycles, CycleResult{Cycle: ci.cycle, Files: ci.files, Metrics: &mm, Seconds: time.Since(t1).Seconds()})
-		lg.Info("cycle written", "cycle", ci.cycle, "channels", len(ci.files), "seconds", fmt.Sprintf("%.1f", time.Since(t1).Seconds()))
 	}
 	sort.Slice(res.Cycles, func(a, b int) bool { return res.Cycles[a].Cycle < res.Cycles[b].Cycle })
+	return nil
+}
+
+// registerCycle registers one cycle's DAPI, warps every channel (the DAPI
+// first, then the others as they are read ahead) into the write-behind,
+// and writes the cycle's transform, metrics and overlay.
+func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeline, ci cycleInput, h, w int, out string,
+	refOverlay *raster.Float32, ref *register.Reference, res *Result, lg *slog.Logger) error {
+	t1 := time.Now()
+	if err := pl.take(ctx, pl.in); err != nil {
+		return err
+	}
+	dapi, err := readPadded(filepath.Join(ci.dir, ci.dapi), h, w)
+	if err != nil {
+		pl.give(pl.in)
+		return err
+	}
+	// The other channels are read ahead while the DAPI is registered.
+	cctx, cancel := context.WithCancel(ctx)
+	reads, readDone := pl.readAhead(cctx, ci, ci.dapi, h, w)
+	defer func() {
+		cancel()
+		<-readDone
+	}()
+	r, err := register.Register(ctx, o.Backend, ref, dapi, p)
+	if err != nil {
+		return fmt.Errorf("cycle %d: %w", ci.cycle, err)
+	}
+	m := r.Metrics
+	lg.Info("registered", "cycle", ci.cycle, "rotation_deg", fmt.Sprintf("%.4f", m.RotationDeg),
+		"translation", fmt.Sprintf("(%.2f, %.2f)", m.TranslationY, m.TranslationX),
+		"ncc", fmt.Sprintf("%.4f -> %.4f -> %.4f", m.NCCBefore, m.NCCRigid, m.NCCNonRigid),
+		"field_max_px", fmt.Sprintf("%.2f", m.DispMaxPx), "jacobian_min", fmt.Sprintf("%.3f", m.JacobianMin), "non_rigid_dropped", m.NonRigidDropped)
+	if m.NCCFinal < m.NCCBefore-NCCTolerance {
+		return staging.Inputf("cycle %d: registration makes DAPI (%s) agree worse with the reference cycle %d: NCC %.4f before, %.4f after rigid, %.4f after non-rigid (rotation %.3f°, translation (%.1f, %.1f) px); nothing written",
+			ci.cycle, filepath.Join(ci.dir, ci.dapi), res.Reference, m.NCCBefore, m.NCCRigid, m.NCCNonRigid, m.RotationDeg, m.TranslationY, m.TranslationX)
+	}
+	name := config.CycleName(ci.cycle)
+	// warp warps one read plane (holding an in slot) into an out slot and
+	// hands it to the write-behind; the in slot is given back.
+	warp := func(g *raster.Gray16, file string) (*raster.Gray16, error) {
+		if err := pl.take(ctx, pl.out); err != nil {
+			return nil, err
+		}
+		if err := pl.failed(); err != nil {
+			pl.give(pl.out)
+			return nil, err
+		}
+		warped, err := o.Backend.Warp(ctx, []*raster.Gray16{g}, &r.Mapping, h, w)
+		pl.give(pl.in)
+		if err != nil {
+			pl.give(pl.out)
+			return nil, fmt.Errorf("cycle %d: warp %s: %w", ci.cycle, file, err)
+		}
+		path := filepath.Join(out, name, file)
+		pl.background(func() error { return writeGray16(path, warped[0]) })
+		return warped[0], nil
+	}
+	dapiW, err := warp(dapi, ci.dapi)
+	if err != nil {
+		return err
+	}
+	dapi = nil
+	cycOverlay := overlayLevel(dapiW, w, h)
+	dapiW = nil
+	for _, f := range ci.files {
+		if f == ci.dapi {
+			continue
+		}
+		rr := <-reads
+		if rr.err != nil {
+			return rr.err
+		}
+		if _, err := warp(rr.g, f); err != nil {
+			return err
+		}
+	}
+	if err := WriteTransform(filepath.Join(out, "registration_data"), name, r, h, w); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(out, "qc", name+"_metrics.json"), cycleMetrics{Cycle: ci.cycle, Reference: res.Reference, DAPI: ci.dapi, Metrics: m}); err != nil {
+		return err
+	}
+	if err := writeOverlay(filepath.Join(out, "qc", name+"_overlay.png"), refOverlay, cycOverlay); err != nil {
+		return err
+	}
+	mm := m
+	res.Cycles = append(res.Cycles, CycleResult{Cycle: ci.cycle, Files: ci.files, Metrics: &mm, Seconds: time.Since(t1).Seconds()})
+	lg.Info("cycle warped", "cycle", ci.cycle, "channels", len(ci.files), "seconds", fmt.Sprintf("%.1f", time.Since(t1).Seconds()))
 	return nil
 }
 

@@ -123,7 +123,8 @@ func runCommand(ctx context.Context, o opts, cfgPath string) error {
 		return err
 	}
 	defer closeBE()
-	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Backend: be, Workers: workers, Logger: o.Logger, Device: string(dev)})
+	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Backend: be, Workers: workers, Logger: o.Logger, Device: string(dev),
+		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return asExit(err)
 }
 
