@@ -454,11 +454,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	res := &Result{Dir: OutDir(cfg.ProjectDir, o.Cycle), ChannelsInFlight: 1 + plan.Ahead + plan.Behind, PlannedBytes: mm.need(plan)}
-	res.Plan = fmt.Sprintf("channels_in_flight=%d read_ahead=%d write_behind=%d planned=%s fixed=%s pinned=%s go_limit=%s budget=%s",
-		res.ChannelsInFlight, plan.Ahead, plan.Behind, membudget.Format(res.PlannedBytes), membudget.Format(mm.fixed),
+	res.Plan = fmt.Sprintf("channels_in_flight=%d read_ahead=%d write_behind=%d planes_in_flight=%d planned=%s fixed=%s pinned=%s go_limit=%s budget=%s",
+		res.ChannelsInFlight, plan.Ahead, plan.Behind, plan.IO, membudget.Format(res.PlannedBytes), membudget.Format(mm.fixed),
 		membudget.Format(mm.pinned()), membudget.Format(mm.goLimit()), budgetText(o.MemBudget, o.MemBudgetSource))
 	attrs := []any{"cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
-		"channels_in_flight", res.ChannelsInFlight, "read_ahead", plan.Ahead, "write_behind", plan.Behind,
+		"channels_in_flight", res.ChannelsInFlight, "read_ahead", plan.Ahead, "write_behind", plan.Behind, "planes_in_flight", plan.IO,
 		"planned", membudget.Format(res.PlannedBytes), "fixed", membudget.Format(mm.fixed), "go_limit", membudget.Format(mm.goLimit()),
 		"channel_uint16", membudget.Format(chans[0].u())}
 	switch {
@@ -472,7 +472,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			attrs = append(attrs, "cpu_window_budget", membudget.Format(plan.Window))
 		}
 	}
+	if o.CPU {
+		res.Plan += " cpu_window_budget=" + membudget.Format(plan.Window)
+	}
 	lg.Info("memory plan", attrs...)
+	io := plan.IO // goroutines reading (and writing from the device) planes
 
 	final := res.Dir
 	stage, err := staging.New(final)
@@ -516,7 +520,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			cin = <-ahead
 			ahead = nil
 		} else {
-			cin = j.read(ctx, workers, false)
+			cin = j.read(ctx, io, false)
 		}
 		if cin.err != nil {
 			return nil, cin.err
@@ -528,7 +532,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			wg.Add(1)
 			go func(ch chan input) {
 				defer wg.Done()
-				ch <- next.read(ctx, workers, true)
+				ch <- next.read(ctx, io, true)
 			}(ahead)
 		}
 		chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", j.ch))
@@ -549,7 +553,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		t1 := time.Now()
 		if j.mode == modePlane {
 			var err error
-			pages, err = runPlanes(ctx, gpuEng.e, j, cin, workers, plan.Behind > 0, c, waitBehind, planePath)
+			pages, err = runPlanes(ctx, gpuEng.e, j, cin, io, plan.Behind > 0, c, waitBehind, planePath)
 			if err != nil {
 				return nil, wrapErr(err)
 			}

@@ -28,27 +28,27 @@ const ConfigKeyMem = "resources.mem_decon"
 // while the next one is read and deconvolved. Per engine, the heap of the
 // channel being deconvolved is:
 //
-//	CPU (decon.CPU)      S + A·P + max(win, U) + R·plane
+//	CPU (decon.CPU)      S + A·P + max(win, U) + IO·plane
 //	                     the input stack, A = 3 (RL: obs, x, xnew) or 6
 //	                     (Biggs-Andrews: + xprev, g, gprev) padded arrays,
 //	                     the window scratch win = 5·PN·wh·PW·4 (obs, y, a,
 //	                     b, cur of a window of wh = rows + 2·halo padded
 //	                     rows, rows from decon.RowsForBudget of the window
 //	                     budget) or, after the iterations, the rounded
-//	                     output planes U; R readers' planes
-//	GPU, resident        (R + Wr)·plane
+//	                     output planes U; IO readers' planes
+//	GPU, resident        2·IO·plane
 //	                     planes go to the device as they are read (one
 //	                     plane per reader) and come back rounded to uint16
 //	                     one plane per writer; the stack, the iterates and
 //	                     the result stay on the device
-//	GPU, streamed        S + U + R·plane, and pinned 3·P (RL) or 6·P
+//	GPU, streamed        S + U + IO·plane, and pinned 3·P (RL) or 6·P
 //	                     (Biggs-Andrews) outside the Go heap: a stack
 //	                     whose iterates exceed the device (or
 //	                     decon.memory_budget_mb / --gpu-mem-cap) keeps them
 //	                     in pinned host memory (gpu DeconStreams)
 //
 // to which the plan adds Ahead·(the next channel's input: U on the GPU, S
-// on the CPU, and R more reader planes) and Behind·U (the previous
+// on the CPU, and IO more reader planes) and Behind·U (the previous
 // channel's planes being written). The need of a plan is
 //
 //	fixed + pinned + heap / liveFraction
@@ -101,10 +101,12 @@ func (c chanMem) scratch(window int64) int64 {
 	return 5 * int64(c.PN) * int64(wh) * int64(c.PW) * 4
 }
 
-// minWindow is the window budget of the smallest window decon.CPU makes
-// (max(1, halo) core rows).
+// minWindow is the window budget of the smallest window the stage asks of
+// decon.CPU: 4·max(1, halo) core rows, so that the halo rows computed
+// twice cost at most half the work again (the scratch is then a few
+// hundred MB for a production channel, beside GBs of iterates).
 func (c chanMem) minWindow() int64 {
-	rows := max(1, c.Halo)
+	rows := 4 * max(1, c.Halo)
 	return int64(rows+2*c.Halo) * int64(c.RowsArrays) * int64(c.PN) * int64(c.PW) * 4
 }
 
@@ -120,17 +122,18 @@ const (
 type memPlan struct {
 	Ahead  int   // channels read ahead while one deconvolves (0 or 1)
 	Behind int   // finished channels written while the next runs (0 or 1)
+	IO     int   // planes read (and, GPU, written) at once: goroutines
 	Window int64 // CPU: decon window budget (decon.Params.MemoryBudget), bytes; 0: one window
 }
 
 type memModel struct {
-	cpu              bool // the CPU engine: windows can shrink
-	modes            []mode
-	chans            []chanMem
-	fixed, lazy      int64
-	readers, writers int
-	budget           int64
-	budgetSource     string
+	cpu          bool // the CPU engine: windows can shrink
+	modes        []mode
+	chans        []chanMem
+	fixed, lazy  int64
+	io           int // the preferred planes in flight: workers, at most the planes of a channel
+	budget       int64
+	budgetSource string
 }
 
 // newMemModel is the model of a cycle's channels on an engine (gpu: the
@@ -138,14 +141,13 @@ type memModel struct {
 // (0: unknown), with the engine open.
 func newMemModel(gpu, cpu bool, modes []mode, chans []chanMem, workers int, resident, budget int64, source string) memModel {
 	m := memModel{cpu: cpu, modes: modes, chans: chans, fixed: 64 << 20, lazy: 32 << 20,
-		readers: max(1, workers), writers: max(1, workers), budget: budget, budgetSource: source}
+		io: max(1, workers), budget: budget, budgetSource: source}
 	if gpu {
 		m.fixed, m.lazy = 512<<20, 256<<20
 	}
 	m.fixed = max(m.fixed, resident+m.lazy)
 	for _, c := range chans {
-		m.readers = min(m.readers, max(1, c.N))
-		m.writers = min(m.writers, max(1, c.N))
+		m.io = min(m.io, max(1, c.N))
 	}
 	return m
 }
@@ -162,10 +164,10 @@ func (m memModel) input(i int) int64 {
 // and write-behind.
 func (m memModel) work(i int, p memPlan) int64 {
 	c := m.chans[i]
-	rd := int64(m.readers) * c.plane()
+	rd := int64(p.IO) * c.plane()
 	switch {
 	case m.modes[i] == modePlane:
-		return rd + int64(m.writers)*c.plane()
+		return 2 * rd
 	case c.Streamed:
 		return c.s() + c.u() + rd
 	default:
@@ -183,7 +185,7 @@ func (m memModel) heap(p memPlan) int64 {
 	for i := range m.chans {
 		v := m.work(i, p)
 		if p.Ahead > 0 && i+1 < len(m.chans) {
-			v += m.input(i+1) + int64(m.readers)*m.chans[i+1].plane()
+			v += m.input(i+1) + int64(p.IO)*m.chans[i+1].plane()
 		}
 		if p.Behind > 0 && i > 0 {
 			v += m.chans[i-1].u()
@@ -238,21 +240,31 @@ func (m memModel) smallestWindow() int64 {
 }
 
 // plans lists the plans from the preferred (one channel read ahead, one
-// written behind, the CPU's default windows) down to the smallest working
-// set, shrinking what costs the least time first: the read-ahead, the
-// write-behind, then (CPU) the window budget, halved down to the smallest
-// window.
+// written behind, a plane per worker in flight, the CPU's default windows)
+// down to the smallest working set, shrinking what costs the least time
+// first: planes in flight beyond 4, the read-ahead, the write-behind, the
+// planes in flight (halved down to 1), then (CPU) the window budget, halved
+// down to the smallest window.
 func (m memModel) plans() []memPlan {
-	p := memPlan{Ahead: 1, Behind: 1, Window: m.defaultWindow()}
-	out := []memPlan{p}
-	if len(m.chans) > 1 {
-		p.Ahead = 0
-		out = append(out, p)
-		p.Behind = 0
-		out = append(out, p)
-	} else {
+	p := memPlan{Ahead: 1, Behind: 1, IO: m.io, Window: m.defaultWindow()}
+	if len(m.chans) < 2 {
 		p.Ahead, p.Behind = 0, 0
-		out[0] = p
+	}
+	out := []memPlan{p}
+	add := func() {
+		if out[len(out)-1] != p {
+			out = append(out, p)
+		}
+	}
+	p.IO = min(p.IO, 4)
+	add()
+	p.Ahead = 0
+	add()
+	p.Behind = 0
+	add()
+	for p.IO > 1 {
+		p.IO /= 2
+		add()
 	}
 	if !m.cpu {
 		return out
@@ -268,10 +280,10 @@ func (m memModel) plans() []memPlan {
 			break
 		}
 		p.Window = w
-		out = append(out, p)
+		add()
 	}
 	p.Window = lo
-	out = append(out, p)
+	add()
 	return out
 }
 
@@ -314,7 +326,7 @@ func (m memModel) choose() (memPlan, error) {
 	what := fmt.Sprintf("one channel of %d planes of %dx%d px (%s as uint16) deconvolved at a time", c.N, c.W, c.H, membudget.Format(c.u()))
 	switch {
 	case m.modes[0] == modePlane:
-		what += fmt.Sprintf(" on the device, %d+%d planes in flight on the host", m.readers, m.writers)
+		what += fmt.Sprintf(" on the device, %d+%d planes in flight on the host", small.IO, small.IO)
 	default:
 		what += fmt.Sprintf(", its float32 stack (%s)", membudget.Format(c.s()))
 		if c.Streamed {

@@ -75,6 +75,12 @@ func TestExecutable(t *testing.T) {
 		{"gpu without cuda", nil, []string{"run", "-c", cfgPath, "--cycle", "1"}, 2, "built without CUDA support", nil},
 		{"bad cycle", nil, []string{"run", "-c", cfgPath, "--cycle", "7", "--device", "cpu"}, 2, "--cycle 7", nil},
 		{"bad workers env", []string{"SLURM_CPUS_PER_TASK=many"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu"}, 2, "SLURM_CPUS_PER_TASK", nil},
+		{"impossible memory budget", []string{"cpus_per_task=2"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu", "--mem-budget", "1"}, 2, "resources.mem_decon", func(t *testing.T) {
+			// refused before any output: no output directory, no staging
+			if ents, err := os.ReadDir(filepath.Dir(out)); err == nil && len(ents) > 0 {
+				t.Errorf("output left behind under %s: %v", filepath.Dir(out), ents)
+			}
+		}},
 		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu", "--log-format", "text"}, 0, "channel deconvolved", func(t *testing.T) {
 			for _, ch := range cfg.Channels {
 				for k := 1; k <= 2; k++ {
