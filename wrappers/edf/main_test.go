@@ -72,6 +72,21 @@ func TestExecutable(t *testing.T) {
 		{"tile directory", nil, []string{"tile", "--in", stackDir, "--out", filepath.Join(dir, "a.tif"), "--device", "cpu"}, 0, "stack fused"},
 		{"tile multi-page", nil, []string{"tile", "--in", multi, "--out", filepath.Join(dir, "b.tif"), "--device", "cpu", "--config", cfg}, 0, "stack fused"},
 	}
+	// A budget below the smallest working set: refused before any output
+	// (no cycle directory, no staging directory left), exit 2, naming the
+	// config key.
+	t.Run("impossible budget", func(t *testing.T) {
+		out, code := exectest.Run(t, bin, nil, "run", "--config", cfg, "--cycle", "1", "--device", "cpu", "--mem-budget", "16")
+		if err := exectest.Check(out, code, 2, edfstage.ConfigKeyMem); err != nil {
+			t.Fatal(err)
+		}
+		if err := exectest.Check(out, code, 2, "memory budget 16 MiB"); err != nil {
+			t.Fatal(err)
+		}
+		if ents, err := os.ReadDir(filepath.Dir(edfstage.OutDir(o.OutDir, 1))); err == nil && len(ents) > 0 {
+			t.Errorf("refused run left %v under the edf directory", ents)
+		}
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out, code := exectest.Run(t, bin, c.env, c.args...)
