@@ -6,17 +6,24 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"time"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/deconstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -36,12 +43,18 @@ import (
 // with times, slabs and peak GPU memory, and whether the results are equal;
 // and one FFT-path case (-decon-fft: a 33x33x3 Gaussian PSF, 3267 taps,
 // beyond the direct kernels' limit), with its device time and peak memory.
+// Before all that (-decon-stage channels, 0: skip; -decon-stage-only: only
+// this), the whole stage: a stitched cycle written as TIFF planes under
+// -dir and deconstage.Run on this engine under -mem-budget, with its wall
+// time (TIFF I/O included), memory plan and peak host memory (VmHWM).
 var deconFlags struct {
 	h, w, z, channels, wfChannels, crop int
 	alg                                 string
 	io                                  bool
 	capMB                               int
 	fft                                 bool
+	stage                               int
+	stageOnly                           bool
 }
 
 func init() {
@@ -56,6 +69,8 @@ func init() {
 	flag.BoolVar(&deconFlags.io, "decon-io", true, "decon: time the TIFF write of one channel (needs ~4 GB in -dir)")
 	flag.IntVar(&deconFlags.capMB, "decon-cap-mb", 16384, "decon: GPU memory cap of the chunked (streamed) run of channel 1, MB (0: skip)")
 	flag.BoolVar(&deconFlags.fft, "decon-fft", true, "decon: time one FFT-path case (33x33x3 Gaussian PSF)")
+	flag.IntVar(&deconFlags.stage, "decon-stage", 4, "decon: channels of the whole-stage measurement (stitched TIFF planes in -dir, deconstage.Run under -mem-budget; 0: skip)")
+	flag.BoolVar(&deconFlags.stageOnly, "decon-stage-only", false, "decon: only the whole-stage measurement (skip the engine-only ones)")
 }
 
 var deconWaves = [][2]float64{{358, 461}, {753, 775}, {560, 575}, {648, 668}}
@@ -89,6 +104,15 @@ func runDecon(ctx context.Context, f flags) error {
 		return err
 	}
 	defer eng.Close()
+	if df.stage > 0 {
+		// first, so that the engine-only runs' buffers do not count
+		if err := deconBenchStage(ctx, eng, f, df.stage); err != nil {
+			return err
+		}
+	}
+	if df.stageOnly {
+		return nil
+	}
 	fmt.Printf("decon bench: %d x %d x %d (x,y,z) per channel, %s, engine %s, %d workers\n", df.w, df.h, df.z, df.alg, eng.Name(), f.workers)
 	p := decon.Params{Algorithm: df.alg, Iterations: 25, StopCriterion: 5, HistClip: 0.01}
 	type job struct {
@@ -334,5 +358,119 @@ func deconBenchFFT(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params
 	}
 	fmt.Printf("  FFT path, PSF %s (x,y,z) Gaussian, %d taps: device %.3f s (%d iterations, %.1f ms/iteration, padded %v, windows %d, streamed %v), peak GPU %.1f GiB\n",
 		k, len(k.Data), sec, s.Iterations, 1000*sec/float64(s.Iterations), s.Padded, s.Chunks, s.Streamed, gib(ms.DevicePeak))
+	return nil
+}
+
+// deconBenchStage measures the whole stage (deconstage.Run on the GPU
+// engine, TIFF I/O included) on a stitched cycle of n channels of
+// -decon-z planes of -decon-w x -decon-h px written as TIFF files under
+// -dir (reused with -skip-gen; kept with -keep), under the -mem-budget
+// budget (0: as the executables resolve it): wall time, per channel read,
+// device and write times, the memory plan and the peak host memory
+// (VmHWM reset after the engine opened and the data was written).
+func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error {
+	df := deconFlags
+	o, err := synth.Preset("production")
+	if err != nil {
+		return err
+	}
+	o.OutDir, o.NZ, o.NChannels, o.NCycles, o.Cycles, o.Workers = f.dir, df.z, n, 1, []int{1}, f.workers
+	cfgPath := synth.ConfigPath(f.dir)
+	in := deconstage.InputDir(f.dir, 1)
+	chGB := float64(df.z) * float64(df.h) * float64(df.w) * 2 / 1e9
+	if !f.skipGen {
+		os.RemoveAll(f.dir)
+		if err := os.MkdirAll(f.dir, 0o755); err != nil {
+			return err
+		}
+		if err := synth.WriteConfig(cfgPath, o, nil); err != nil {
+			return err
+		}
+		cfg, err := config.Load(cfgPath)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		for _, ch := range cfg.Channels {
+			k, _, err := deconstage.Kernel(cfg, ch)
+			if err != nil {
+				return err
+			}
+			const T = 512
+			sc := decon.NewScene(uint64(ch), df.z, T, T, k, 3)
+			dir := filepath.Join(in, fmt.Sprintf("CH%d", ch))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			err = par.ForEach(ctx, df.z, f.workers, func(z int) error {
+				tile := decon.Quantize(nil, sc.Noisy.Plane(z))
+				pg := raster.NewGray16(df.w, df.h)
+				for y := 0; y < df.h; y++ {
+					src := tile[(y%T)*T:][:T]
+					dst := pg.Pix[y*df.w:][:df.w]
+					for x := 0; x < df.w; x += T {
+						copy(dst[x:min(df.w, x+T)], src)
+					}
+				}
+				return tiffio.WriteGray16(filepath.Join(dir, fmt.Sprintf("%02d.tif", z+1)), pg)
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if err := staging.WriteSentinel(filepath.Join(in, staging.SentinelName), [][2]string{{"stage", "stitch"}, {"cycle", "1"}}); err != nil {
+			return err
+		}
+		fmt.Printf("decon stage: wrote %d channels of %d stitched planes of %d x %d px (%.1f GB uint16 per channel) in %.1f s to %s\n",
+			n, df.z, df.w, df.h, chGB, time.Since(t0).Seconds(), in)
+	}
+	if !f.keep {
+		defer os.RemoveAll(f.dir)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	out := deconstage.OutDir(f.dir, 1)
+	os.RemoveAll(out)
+	defer os.RemoveAll(out)
+	budget, src, err := membudget.Resolve(f.memBudget, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := eng.Trim(); err != nil {
+		return err
+	}
+	if err := eng.ResetPeak(); err != nil {
+		return err
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	rssOpen := membudget.RSS()
+	peakErr := membudget.ResetPeak()
+	fmt.Printf("decon stage: host memory budget %s (%s); resident with the engine open %s\n", membudget.Format(budget), src, membudget.Format(rssOpen))
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	res, err := deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: 1, Engine: deconstage.NewGPUEngine(eng), Workers: f.workers,
+		Logger: lg, MemBudget: budget, MemBudgetSource: src})
+	if err != nil {
+		return fmt.Errorf("decon stage: %w", err)
+	}
+	peak := membudget.PeakRSS()
+	if peakErr != nil {
+		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
+	}
+	for _, c := range res.Channels {
+		fmt.Printf("  ch %d: read %.2f s, device %.2f s (%d iterations, streamed %v), write %.2f s\n",
+			c.Channel, c.ReadSec, c.Seconds, c.Stats.Iterations, c.Stats.Streamed, c.WriteSec)
+	}
+	ms, err := eng.MemInfo()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("decon stage: %d channels x %d planes of %d x %d px: whole stage %.2f s wall (TIFF I/O included; %.1f GB read, %.1f GB written)\n",
+		len(res.Channels), df.z, df.w, df.h, res.Seconds, chGB*float64(len(res.Channels)), chGB*float64(len(res.Channels)))
+	fmt.Printf("decon stage: plan %s\n", res.Plan)
+	fmt.Printf("decon stage: PEAK HOST MEMORY (VmHWM) %.2f GiB (planned %.2f GiB, budget %.2f GiB %s: %s); peak GPU %.1f GiB\n",
+		gib(peak), gib(res.PlannedBytes), gib(budget), src, map[bool]string{true: "within", false: "EXCEEDED"}[peak <= budget], gib(ms.DevicePeak))
 	return nil
 }
