@@ -9,12 +9,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -33,6 +35,9 @@ var edfFlags struct {
 	crop              int
 	io                bool
 	wavelet           bool
+	stage             bool // whole-stage measurement (edfstage.Run)
+	stageOnly         bool // only the whole-stage measurement
+	stageChannels     int
 }
 
 func init() {
@@ -44,6 +49,9 @@ func init() {
 	flag.IntVar(&edfFlags.crop, "edf-crop", 384, "edf: side of the crop compared with the CPU reference (0: none)")
 	flag.BoolVar(&edfFlags.io, "edf-io", true, "edf: time TIFF write and read of one channel (needs ~4 GB in -dir)")
 	flag.BoolVar(&edfFlags.wavelet, "edf-wavelet", true, "edf: also time the wavelet method on the last channel")
+	flag.BoolVar(&edfFlags.stage, "edf-stage", true, "edf: also run the whole stage (edfstage.Run on the GPU, TIFFs in -dir, under -mem-budget) and print its wall time and peak host memory (needs ~3.8 GB per channel in -dir)")
+	flag.BoolVar(&edfFlags.stageOnly, "edf-stage-only", false, "edf: only the whole-stage measurement")
+	flag.IntVar(&edfFlags.stageChannels, "edf-stage-channels", 4, "edf: channels of the whole-stage cycle")
 }
 
 // edfStack renders a z x h x w stack fast: a 512 x 512 texture tile
@@ -96,6 +104,14 @@ func runEDF(ctx context.Context, f flags) error {
 		return err
 	}
 	defer eng.Close()
+	if edfFlags.stage || edfFlags.stageOnly {
+		if err := runEDFStage(ctx, f, eng); err != nil {
+			return fmt.Errorf("edf stage: %w", err)
+		}
+		if edfFlags.stageOnly {
+			return nil
+		}
+	}
 	g := edf.GateFromConfig(config.DefaultQualityGate())
 	p := edf.DefaultParams()
 	var sum gpu.EDFTimings
@@ -236,5 +252,90 @@ func runEDF(ctx context.Context, f flags) error {
 		fmt.Printf("TIFF I/O of one channel (%d workers, page cache warm): write %d planes %.2f s (%.2f GB/s), read %.2f s (%.2f GB/s), write the EDF plane %.2f s\n",
 			f.workers, len(planes), wS, gb/wS, rS, gb/rS, oS)
 	}
+	return nil
+}
+
+// runEDFStage measures the whole stage on a production-size deconvolved
+// cycle: -edf-stage-channels channels of -edf-z planes of -edf-h x -edf-w
+// px written as TIFFs under -dir/edf-stage (or reused with -skip-gen), then
+// edfstage.Run on the GPU under the -mem-budget budget (resolved as the
+// executables do); it prints the memory plan, the wall time (TIFF reads and
+// writes included) and the stage's peak host memory (VmHWM, reset after the
+// data are written).
+func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
+	z, h, w, nch := edfFlags.z, edfFlags.h, edfFlags.w, edfFlags.stageChannels
+	dir := filepath.Join(f.dir, "edf-stage")
+	o, err := synth.Preset("tiny")
+	if err != nil {
+		return err
+	}
+	o.OutDir, o.NCycles, o.NChannels, o.BlankFirstCycle = dir, 1, nch, false
+	cfgPath := synth.ConfigPath(dir)
+	if !f.skipGen {
+		os.RemoveAll(dir)
+		tg := time.Now()
+		for ch := 1; ch <= nch; ch++ {
+			planes, err := edfStack(ctx, z, h, w, ch, f.workers)
+			if err != nil {
+				return err
+			}
+			d := filepath.Join(edfstage.InputDir(dir, 1), fmt.Sprintf("CH%d", ch))
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			if err := par.ForEach(ctx, len(planes), f.workers, func(k int) error {
+				return tiffio.WriteGray16(filepath.Join(d, fmt.Sprintf("deconv_%03d.tif", k+1)), planes[k])
+			}); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(filepath.Join(edfstage.InputDir(dir, 1), ".snakemake_complete"), []byte("stage=decon\n"), 0o644); err != nil {
+			return err
+		}
+		if err := synth.WriteConfig(cfgPath, o, nil); err != nil {
+			return err
+		}
+		fmt.Printf("edf stage: wrote a deconvolved cycle of %d channels x %d planes of %d x %d px under %s in %.1f s\n",
+			nch, z, w, h, dir, time.Since(tg).Seconds())
+	}
+	if !f.keep {
+		defer os.RemoveAll(dir)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	os.RemoveAll(edfstage.OutDir(dir, 1))
+	budget, src, err := membudget.Resolve(f.memBudget, os.Getenv)
+	if err != nil {
+		return err
+	}
+	// The stage's own peak resident set: the generator's is forgotten.
+	edfTile = nil
+	debug.FreeOSMemory()
+	peakErr := membudget.ResetPeak()
+	t0 := time.Now()
+	res, err := edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: 1, Fuser: eng, Workers: f.workers,
+		MemBudget: budget, MemBudgetSource: src})
+	if err != nil {
+		return err
+	}
+	wall := time.Since(t0).Seconds()
+	peak := membudget.PeakRSS()
+	var rd, ed, wr float64
+	for _, c := range res.Channels {
+		rd, ed, wr = rd+c.ReadS, ed+c.EDFS, wr+c.WriteS
+	}
+	fmt.Printf("edf stage (GPU, %d channels of %d x %d x %d, %d workers): wall %.2f s (read+upload %.2f s, gate+fuse+download %.2f s, write %.2f s)\n",
+		nch, z, h, w, f.workers, wall, rd, ed, wr)
+	fmt.Printf("edf stage memory plan: %s, planned %.2f GiB; budget %.2f GiB (%s)\n", res.MemPlan, gib(res.MemPlanned), gib(budget), src)
+	if peakErr != nil {
+		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
+	}
+	within := "yes"
+	if peak > budget {
+		within = "NO"
+	}
+	fmt.Printf("peak host memory of the edf stage (VmHWM): %.2f GiB (%d MiB); within the budget: %s\n", gib(peak), peak>>20, within)
 	return nil
 }
