@@ -342,6 +342,10 @@ func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st 
 	return out, s, k, info, algInput(err)
 }
 
+// planOverride, set by tests, replaces the chosen plan (to run every
+// pipeline form on small data).
+var planOverride *memPlan
+
 // job is one channel's settings and input.
 type job struct {
 	ch    int
@@ -447,8 +451,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if planOverride != nil {
+		plan = *planOverride
+	}
 	defer membudget.SetGoLimit(mm.goLimit())()
-	if o.CPU && o.MemBudget > 0 {
+	if o.CPU && plan.Window > 0 {
 		for _, j := range jobs {
 			j.p.MemoryBudget = min(j.p.MemoryBudget, plan.Window)
 		}

@@ -5,11 +5,14 @@ package deconstage
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -55,5 +58,52 @@ func TestRunGPU(t *testing.T) {
 	s, _ := os.ReadFile(filepath.Join(gpuOut, ".snakemake_complete"))
 	if !bytes.Contains(s, []byte("engine=gpu ")) {
 		t.Errorf("sentinel engine:\n%s", s)
+	}
+}
+
+// TestRunGPUPlans runs the stage on the GPU under the smallest plan (one
+// plane read and one written at a time, no read-ahead or write-behind) and
+// under the preferred one (read-ahead and write-behind): both give the
+// unconstrained run's bytes.
+func TestRunGPUPlans(t *testing.T) {
+	g, err := OpenGPU(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	cfg, dir := project(t, nil)
+	out := OutDir(dir, 1)
+	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	want := exectest.ReadTree(t, out)
+	defer func() { planOverride = nil }()
+	for _, p := range []memPlan{{IO: 1}, {Ahead: 1, Behind: 1, IO: 2}, {Behind: 1, IO: 3}} {
+		os.RemoveAll(out)
+		planOverride = &p
+		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2})
+		if err != nil {
+			t.Fatalf("plan %+v: %v", p, err)
+		}
+		got := exectest.ReadTree(t, out)
+		if len(got) != len(want) {
+			t.Fatalf("plan %+v: %d files, want %d", p, len(got), len(want))
+		}
+		for name, b := range want {
+			if name != "DECONV_parameters.txt" && !bytes.Equal(got[name], b) {
+				t.Errorf("plan %+v: %s differs", p, name)
+			}
+		}
+		t.Logf("plan %+v: %s", p, res.Plan)
+	}
+	// The budget resolved for a GPU job keeps the planes off the host: the
+	// smallest working set is the engine plus two planes.
+	os.RemoveAll(out)
+	planOverride = nil
+	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2, MemBudget: 1 << 20, MemBudgetSource: "test"}); !errors.Is(err, membudget.ErrTooSmall) {
+		t.Errorf("1 MiB budget: %v, want a NeedError", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("output left behind after a refused budget")
 	}
 }

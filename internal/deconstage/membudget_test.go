@@ -297,3 +297,35 @@ func TestMemPlans(t *testing.T) {
 		t.Errorf("GPU, production cycle: smallest working set %s, want <= 2 GiB", membudget.Format(small))
 	}
 }
+
+// TestRunCPUPlans runs every pipeline form (read-ahead, write-behind,
+// planes in flight, small CPU windows) on a small cycle: each gives the
+// unconstrained run's bytes.
+func TestRunCPUPlans(t *testing.T) {
+	cfg, dir := project(t, nil)
+	out := OutDir(dir, 1)
+	run := func() {
+		t.Helper()
+		if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, CPU: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run()
+	want := exectest.ReadTree(t, out)
+	defer func() { planOverride = nil }()
+	for _, p := range []memPlan{{IO: 1, Window: DefaultCPUBudget}, {Ahead: 1, Behind: 1, IO: 2, Window: DefaultCPUBudget},
+		{Ahead: 1, IO: 3, Window: 1}, {Behind: 1, IO: 1, Window: 20 << 10}} {
+		os.RemoveAll(out)
+		planOverride = &p
+		run()
+		got := exectest.ReadTree(t, out)
+		if len(got) != len(want) {
+			t.Fatalf("plan %+v: %d files, want %d", p, len(got), len(want))
+		}
+		for name, b := range want {
+			if name != "DECONV_parameters.txt" && !bytes.Equal(got[name], b) {
+				t.Errorf("plan %+v: %s differs", p, name)
+			}
+		}
+	}
+}
