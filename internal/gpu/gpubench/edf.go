@@ -337,5 +337,31 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 		within = "NO"
 	}
 	fmt.Printf("peak host memory of the edf stage (VmHWM): %.2f GiB (%d MiB); within the budget: %s\n", gib(peak), peak>>20, within)
+
+	// The stage's output of channel 1 (streamed to the device plane by
+	// plane) against EDF on the whole host stack.
+	files, err := edfstage.Stack(dir, 1, 1)
+	if err != nil {
+		return err
+	}
+	planes, err := edfstage.ReadPlanes(ctx, files, f.workers)
+	if err != nil {
+		return err
+	}
+	want, err := eng.EDF(ctx, planes, edf.GateFromConfig(cfg.QualityGate), edf.FromConfig(cfg.EDF))
+	if err != nil {
+		return err
+	}
+	got, err := tiffio.ReadGray16(filepath.Join(edfstage.OutDir(dir, 1), cfg.EDFFileName(1, 1)))
+	if err != nil {
+		return err
+	}
+	diff := 0
+	for i := range want.Out.Pix {
+		if got.Pix[i] != want.Out.Pix[i] {
+			diff++
+		}
+	}
+	fmt.Printf("edf stage output of channel 1 vs EDF on the whole host stack: %d of %d pixels differ (want 0)\n", diff, len(want.Out.Pix))
 	return nil
 }
