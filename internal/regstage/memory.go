@@ -3,6 +3,7 @@ package regstage
 import (
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff"
@@ -27,8 +28,9 @@ const ConfigKeyMem = "resources.mem_registration"
 //	         Σ over the distinct level factors k (coarse, rigid,
 //	         non-rigid) of floor(H/k)·floor(W/k)·4; the reference's are
 //	         held throughout, a cycle's while it is registered
-//	overlay  the reference's overlay level, the cycle's and the PNG's
-//	         RGBA picture: about 24 bytes per overlay px (<= 1024 px side)
+//	overlay  the reference's overlay level and the cycle's (float32), the
+//	         PNG's RGBA picture and the percentile's samples: 16 bytes per
+//	         overlay px (<= 1024 px side)
 //	engine   what the backend adds while registering (engineMem)
 //
 // Three phases peak:
@@ -98,20 +100,21 @@ func (g geometry) coarsePx() int64 {
 // overlayBytes is the QC overlays' working set.
 func (g geometry) overlayBytes() int64 {
 	k := max(1, (max(g.W, g.H)+overlayMax-1)/overlayMax)
-	return int64(g.H/k) * int64(g.W/k) * 24
+	return int64(g.H/k) * int64(g.W/k) * 16
 }
 
 // cpuMem is the CPU backend's model: BlockShifts gives each worker a
 // phase-correlation workspace of the block (complex128 FFT buffer, two
 // float64 patches and gonum's plans: about 40 bytes per block px), the
-// largest being the coarse search's whole-level block; LevelNCC and the
-// field's smoothing are small. Downsample and Warp allocate only their
-// outputs (levels, the warped plane), counted by the stage.
-func cpuMem(g geometry) engineMem {
+// largest being the coarse search's whole-level block, for each of the
+// backend's workers; LevelNCC and the field's smoothing are small.
+// Downsample and Warp allocate only their outputs (levels, the warped
+// plane), counted by the stage.
+func cpuMem(g geometry, workers int) engineMem {
 	return engineMem{
-		Fixed:    64 << 20,
-		Lazy:     32 << 20,
-		Register: int64(g.Workers)*g.coarsePx()*40 + 16<<20,
+		Fixed:    32 << 20,
+		Lazy:     16 << 20,
+		Register: int64(workers)*g.coarsePx()*40 + 16<<20,
 	}
 }
 
@@ -133,12 +136,21 @@ func gpuMem(g geometry) engineMem {
 
 // engineMemory picks the model: the GPU's for a GPU run (Options.Device
 // "gpu") of a backend other than the CPU reference, else the CPU's (the
-// larger).
+// larger) with the CPU backend's workers (the stage's for another
+// backend).
 func engineMemory(be register.Backend, device string, g geometry) engineMem {
-	if _, cpu := be.(register.CPU); !cpu && device == "gpu" {
+	c, cpu := be.(register.CPU)
+	if !cpu && device == "gpu" {
 		return gpuMem(g)
 	}
-	return cpuMem(g)
+	workers := g.Workers
+	if cpu {
+		workers = c.Workers
+		if workers <= 0 {
+			workers = runtime.GOMAXPROCS(0)
+		}
+	}
+	return cpuMem(g, workers)
 }
 
 // memPlan is how the pipeline is sized.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -23,11 +24,24 @@ import (
 // scene (its truth). Failures are fatal.
 func WriteProject(t testing.TB, dir string, cycles int, reg map[string]any, so synth.RegOptions) (*config.Config, *synth.RegScene) {
 	t.Helper()
+	return WriteProjectChannels(t, dir, cycles, 2, reg, so)
+}
+
+// WriteProjectChannels is WriteProject with channels (>= 2) channels per
+// cycle: DAPI and one marker rendered by the scene, further channels cheap
+// copies of the marker with their bits permuted per channel (x XOR a
+// per-channel key: other content for the same cost of warping and
+// writing).
+func WriteProjectChannels(t testing.TB, dir string, cycles, channels int, reg map[string]any, so synth.RegOptions) (*config.Config, *synth.RegScene) {
+	t.Helper()
 	o, err := synth.Preset("tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, cycles, 2, nil
+	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, cycles, channels, nil
+	if channels > 2 {
+		o.BlankFirstCycle = false // one marker name per channel (several Blank channels would share a file name)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +67,16 @@ func WriteProject(t testing.TB, dir string, cycles int, reg map[string]any, so s
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for ch := 1; ch <= 2; ch++ {
+		for len(imgs) < channels {
+			src := imgs[1]
+			g := raster.NewGray16(src.W, src.H)
+			key := uint16(0x5a5a + 0x1111*len(imgs))
+			for i, v := range src.Pix {
+				g.Pix[i] = v ^ key
+			}
+			imgs = append(imgs, g)
+		}
+		for ch := 1; ch <= channels; ch++ {
 			if err := tiffio.WriteGray16(filepath.Join(d, cfg.EDFFileName(c, ch)), imgs[ch-1]); err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,229 @@
+package regstage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// The child side of the budget tests: run by TestMemBudget* in a fresh
+// process (this test binary re-executed) so that the kernel's peak resident
+// set (VmHWM) is the stage's own. It does nothing in a normal test run.
+// KINTSUGI_REG_MEM_CHILD=config,budget bytes,workers.
+const childEnv = "KINTSUGI_REG_MEM_CHILD"
+
+func TestMemBudgetChild(t *testing.T) {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return
+	}
+	f := strings.Split(spec, ",")
+	budget, _ := strconv.ParseInt(f[1], 10, 64)
+	workers, _ := strconv.Atoi(f[2])
+	// One worker of phase correlation (its FFT workspaces scale with the
+	// workers), several goroutines for the stage's pipeline.
+	cfg, err := config.Load(f[0])
+	var res *Result
+	if err == nil {
+		res, err = Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 1}, Workers: workers,
+			Device: "cpu", MemBudget: budget, MemBudgetSource: membudget.SourceFlag, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(cliutil.ExitCode(err))
+	}
+	fmt.Printf("VMHWM %d\nPLANES %d\n", membudget.PeakRSS(), res.PlanesInMemory)
+	os.Exit(0)
+}
+
+// childRun runs the stage on cfgPath in a child process and returns its
+// peak resident set, the most planes it held, its stderr and its exit code.
+func childRun(t *testing.T, cfgPath string, budget int64, workers int) (int64, int, string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMemBudgetChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", childEnv, cfgPath, budget, workers), "GOMEMLIMIT=", "GOGC=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var peak int64
+	planes := 0
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "VMHWM "); ok {
+			peak, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "PLANES "); ok {
+			planes, _ = strconv.Atoi(v)
+		}
+	}
+	if code == 0 && peak <= 0 {
+		t.Fatalf("child printed no peak:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	return peak, planes, stderr.String(), code
+}
+
+// Budget test geometry: 2 cycles x 4 channels of memH x memW px, so that
+// the planes (24 MB each), not the runtime, dominate the stage's memory;
+// one image of cycle 2 is smaller (padded, as in production).
+const memH, memW, memCycles, memChannels = 3000, 4000, 2, 4
+
+func budgetProject(t *testing.T) (string, *config.Config) {
+	t.Helper()
+	cfg, _ := regtest.WriteProjectChannels(t, t.TempDir(), memCycles, memChannels, regConfig,
+		synth.RegOptions{H: memH, W: memW, Seed: 9, MaxShift: 30, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
+	p := filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 3))
+	g, err := tiffio.ReadGray16(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := raster.NewGray16(g.W-7, g.H-5)
+	for y := range small.H {
+		copy(small.Pix[y*small.W:(y+1)*small.W], g.Pix[y*g.W:])
+	}
+	if err := tiffio.WriteGray16(p, small); err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Path, cfg
+}
+
+// TestMemBudgetHeld runs the stage unconstrained and under budgets below
+// that run's peak, each in its own process: the constrained runs' own peak
+// resident set stays within the budget, the plan's planes are not exceeded
+// and the outputs (registered images, OME-TIFF, transforms, fields,
+// metrics, overlays) are byte-identical.
+func TestMemBudgetHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two stage runs in child processes (about 15 s of CPU)")
+	}
+	cfgPath, cfg := budgetProject(t)
+	out := OutDir(cfg.ProjectDir)
+	const workers = 4
+
+	free, freePlanes, stderr, code := childRun(t, cfgPath, 0, workers)
+	if code != 0 {
+		t.Fatalf("unconstrained run: exit %d\n%s", code, stderr)
+	}
+	want := exectest.ReadTree(t, out)
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	// What the stage needs at least, from its own model and this project.
+	p := register.ParamsFromConfig(cfg.Registration)
+	g := geometry{H: memH, W: memW, Pad: true, Workers: workers, Channels: memChannels, Levels: levelFactors(p, memH, memW)}
+	m := newMemModel(register.CPU{Workers: 1}, "cpu", g, 0, 0, "")
+	minNeed := m.need(minPlan)
+	t.Logf("unconstrained: peak %s, %d planes held at most (plan %+v needs %s); smallest working set %s",
+		membudget.Format(free), freePlanes, plans(workers, memChannels)[0], membudget.Format(m.need(plans(workers, memChannels)[0])), membudget.Format(minNeed))
+	budget := minNeed * 11 / 10
+	if budget > free*9/10 {
+		t.Fatalf("test data too small: the budget %s (the smallest working set %s + 10 %%) is not below 9/10 of the unconstrained peak %s",
+			membudget.Format(budget), membudget.Format(minNeed), membudget.Format(free))
+	}
+	peak, held, stderr, code := childRun(t, cfgPath, budget, workers)
+	if code != 0 {
+		t.Fatalf("run under %s: exit %d\n%s", membudget.Format(budget), code, stderr)
+	}
+	t.Logf("under the budget %s: peak %s, %d planes held at most", membudget.Format(budget), membudget.Format(peak), held)
+	if held < 1 || held > minPlan.Planes() {
+		t.Errorf("%d planes held at once, the smallest plan allows %d", held, minPlan.Planes())
+	}
+	if peak > budget {
+		t.Errorf("peak resident set %s exceeds the budget %s (unconstrained %s)", membudget.Format(peak), membudget.Format(budget), membudget.Format(free))
+	}
+	got := exectest.ReadTree(t, out)
+	if len(got) != len(want) || len(got) < memCycles*memChannels+1+5*(memCycles-1) {
+		t.Fatalf("%d output files under the budget, %d unconstrained", len(got), len(want))
+	}
+	for name, b := range want {
+		if !bytes.Equal(got[name], b) {
+			t.Errorf("%s differs between the unconstrained and the budgeted run", name)
+		}
+	}
+}
+
+// An impossible budget is refused before anything is read or written,
+// naming the budget, the need and the config key.
+func TestMemBudgetTooSmall(t *testing.T) {
+	cfg, _ := project(t, 2)
+	_, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 2}, Workers: 2, Device: "cpu",
+		MemBudget: 8 * membudget.MB, MemBudgetSource: membudget.SourceFlag})
+	var ne *membudget.NeedError
+	if !errors.Is(err, membudget.ErrTooSmall) || !errors.As(err, &ne) {
+		t.Fatalf("error %v, want a NeedError", err)
+	}
+	if ne.ConfigKey != ConfigKeyMem || ne.Stage != "registration" || ne.Budget != 8*membudget.MB || !(ne.Need > ne.Budget) {
+		t.Errorf("NeedError %+v", ne)
+	}
+	for _, s := range []string{"memory budget 8 MiB", "needs", ConfigKeyMem, "--mem-budget"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error lacks %q: %v", s, err)
+		}
+	}
+	noOutput(t, cfg)
+}
+
+// The plans shrink monotonically to the smallest working set and choose
+// takes the first that fits; production figures are logged.
+func TestMemPlans(t *testing.T) {
+	const h, w = 7493, 12676
+	p := register.ParamsFromConfig(config.DefaultRegistration())
+	g := geometry{H: h, W: w, Pad: true, Workers: 16, Channels: 4, Levels: levelFactors(p, h, w)}
+	for _, dev := range []string{"cpu", "gpu"} {
+		var be register.Backend = register.CPU{Workers: 16}
+		if dev == "gpu" {
+			be = gpuLike{}
+		}
+		m := newMemModel(be, dev, g, 0, 0, "")
+		ps := plans(g.Workers, g.Channels)
+		if ps[0] != (memPlan{In: 2, Out: 4}) || ps[len(ps)-1] != minPlan {
+			t.Fatalf("plans %+v", ps)
+		}
+		for i := 1; i < len(ps); i++ {
+			if m.need(ps[i]) > m.need(ps[i-1]) || ps[i].Planes() >= ps[i-1].Planes() {
+				t.Errorf("%s: plan %+v needs %s, the one before it %s", dev, ps[i], membudget.Format(m.need(ps[i])), membudget.Format(m.need(ps[i-1])))
+			}
+		}
+		for _, q := range ps {
+			m.budget = m.need(q)
+			got, err := m.choose()
+			if err != nil || got != q {
+				t.Errorf("%s: budget %s: plan %+v %v, want %+v", dev, membudget.Format(m.budget), got, err, q)
+			}
+		}
+		m.budget = m.need(minPlan) - 1
+		var ne *membudget.NeedError
+		if _, err := m.choose(); !errors.As(err, &ne) || ne.Need != m.need(minPlan) || ne.ConfigKey != ConfigKeyMem {
+			t.Errorf("%s: budget 1 byte short: %v", dev, err)
+		}
+		t.Logf("%s, production (13 x 4 planes of %dx%d, padded, 16 workers): preferred %+v %s, smallest %+v %s (fixed %s)",
+			dev, w, h, ps[0], membudget.Format(m.need(ps[0])), minPlan, membudget.Format(m.need(minPlan)), membudget.Format(m.e.Fixed))
+	}
+}
+
+// gpuLike stands for the CUDA backend in model tests (any backend but the
+// CPU reference, with Device "gpu").
+type gpuLike struct{ register.CPU }
