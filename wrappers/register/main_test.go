@@ -31,6 +31,7 @@ func TestExecutable(t *testing.T) {
 	good := project(t, filepath.Join(dir, "good"), 1)
 	badRef := project(t, filepath.Join(dir, "badref"), 9)
 	noSent := project(t, filepath.Join(dir, "nosent"), 1)
+	tight := project(t, filepath.Join(dir, "tight"), 1)
 	sent := filepath.Join(dir, "nosent", "data", "processed", "edf", "cyc02", ".snakemake_complete")
 	os.Remove(sent)
 	edf1 := filepath.Join(dir, "good", "data", "processed", "edf", "cyc01")
@@ -52,6 +53,8 @@ func TestExecutable(t *testing.T) {
 		{"gpu without cuda", nil, []string{"run", "--config", good, "--log-format", "text"}, 2, "built without CUDA support"},
 		{"missing sentinel", nil, []string{"run", "--config", noSent, "--device", "cpu"}, 2, sent},
 		{"reference not a cycle", nil, []string{"run", "--config", badRef, "--device", "cpu"}, 2, "registration.reference_cycle"},
+		{"impossible budget", nil, []string{"run", "--config", tight, "--device", "cpu", "--mem-budget", "8"}, 2, "resources.mem_registration"},
+		{"impossible budget from SLURM", []string{"SLURM_MEM_PER_NODE=9"}, []string{"run", "--config", tight, "--device", "cpu"}, 2, "memory budget 9 MiB (SLURM_MEM_PER_NODE) is too small"},
 		{"unknown flag", nil, []string{"run", "--frobnicate"}, 2, "frobnicate"},
 		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "--config", good, "--device", "cpu", "--log-format", "text"}, 0, "registration done"},
 		{"pair", nil, []string{"pair", "--fixed", fixed, "--moving", moving, "--out", pairOut, "--device", "cpu", "--workers", "2"}, 0, "pair registered"},
@@ -67,6 +70,14 @@ func TestExecutable(t *testing.T) {
 		if c.code == 2 && strings.Contains(c.name, "sentinel") {
 			if _, err := os.Stat(filepath.Join(dir, "nosent", "data", "processed", "registered")); err == nil {
 				t.Errorf("%s: registered/ written", c.name)
+			}
+		}
+		if strings.Contains(c.name, "budget") {
+			// Refused before any output: nothing under processed/ but the
+			// EDF input, no staging directory.
+			ents, err := os.ReadDir(filepath.Join(dir, "tight", "data", "processed"))
+			if err != nil || len(ents) != 1 || ents[0].Name() != "edf" {
+				t.Errorf("%s: processed/ holds %v (%v), want only edf/", c.name, ents, err)
 			}
 		}
 	}
