@@ -89,11 +89,12 @@ func childRun(t *testing.T, cfgPath string, budget int64, workers int) childOut 
 }
 
 // Budget-test cycle: the stacks, not the runtime, dominate the stage's
-// memory: 2 channels of 20 planes of 1536 x 1536 px (4.5 MiB a plane, 90 MiB
-// a stack), with a small Gaussian (sigma 1) so that the CPU fusion is fast.
+// memory: 2 channels of 30 planes of 1536 x 1536 px (4.5 MiB a plane, 135
+// MiB a stack), with no Gaussian pre-filter (sigma 0) and a 3 x 3 variance
+// window so that the CPU fusion is fast.
 const (
 	budgetChannels = 2
-	budgetZ        = 20
+	budgetZ        = 30
 	budgetH        = 1536
 	budgetW        = 1536
 )
@@ -111,7 +112,7 @@ func budgetProject(t *testing.T) (string, *config.Config) {
 	}
 	o.OutDir, o.NCycles, o.NChannels = dir, 1, budgetChannels
 	path := synth.ConfigPath(dir)
-	if err := synth.WriteConfig(path, o, map[string]any{"edf": map[string]any{"sigma": 1.0, "radius_x": 2, "radius_y": 2, "z_smooth_sigma": 1.0}}); err != nil {
+	if err := synth.WriteConfig(path, o, map[string]any{"edf": map[string]any{"sigma": 0.0, "radius_x": 1, "radius_y": 1, "z_smooth_sigma": 1.0}}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(path)
