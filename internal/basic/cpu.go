@@ -257,7 +257,7 @@ func fitOne(ctx context.Context, st *raster.Stack, p Params, workers int) (Profi
 		}
 		copy(flatLast, flatCur)
 		copy(darkLast, s.offset)
-		if stop.Round(math.Max(madFlat, madDark), it) {
+		if stop.Round(RoundChange(madFlat, madDark), it) {
 			break
 		}
 	}

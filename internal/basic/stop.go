@@ -50,6 +50,17 @@ func (r *RoundStop) Round(change float64, iters int) bool {
 	return false
 }
 
+// RoundChange is a round's change as every engine computes it: the larger
+// of the flatfield's and the darkfield's relative mean absolute change
+// (madDark is +Inf in the first round), NaN when either is NaN (math.Max
+// would let the first round's +Inf hide a NaN flatfield).
+func RoundChange(madFlat, madDark float64) float64 {
+	if math.IsNaN(madFlat) || math.IsNaN(madDark) {
+		return math.NaN()
+	}
+	return math.Max(madFlat, madDark)
+}
+
 // roundHook, when set (tests), sees every round.
 var roundHook func(round int, change float64, iters int)
 
@@ -70,10 +81,11 @@ const (
 // stalled is the stagnation test, true when the fit certainly will not
 // converge:
 //
-//   - diverged: the change of a round after the first is not finite (NaN
-//     or ±Inf). A NaN profile feeds NaN weights to every later round, so
-//     the fit can never meet the tolerance (it used to run all rounds of
-//     MaxIterations each).
+//   - diverged: the change is NaN (any round: see RoundChange) or, after
+//     the first round, ±Inf. A NaN profile feeds NaN weights to every
+//     later round, so the fit can never meet the tolerance (it used to run
+//     all 25 rounds of 500 iterations: the darkest-image rule on dense
+//     nuclear stacks, see darkStep); it now stops after its first round.
 //   - limit cycle: the last 3·p changes repeat with a period p of 1 to 3
 //     rounds (each within cycleRelTol of the one p rounds earlier), all
 //     above ReweightTol. A reweighting round is a deterministic map of the
@@ -87,7 +99,7 @@ const (
 func (r *RoundStop) stalled() bool {
 	c := r.change
 	k := len(c)
-	if k >= 2 && (math.IsNaN(c[k-1]) || math.IsInf(c[k-1], 0)) {
+	if math.IsNaN(c[k-1]) || (k >= 2 && math.IsInf(c[k-1], 0)) {
 		return true
 	}
 	for p := 1; p <= maxCyclePeriod; p++ {

@@ -25,6 +25,7 @@ func TestRoundStop(t *testing.T) {
 		{"slow", []float64{inf, 0.14, 0.0053, 0.0092, 0.0072, 0.0052, 0.0041, 0.0035, 0.0031, 0.0029, 0.0025,
 			0.0023, 0.0021, 0.0016, 0.0012, 0.00077}, 16, true, false},
 		{"nan", append([]float64{inf}, rep(math.NaN(), 24)...), 2, false, true},
+		{"nan-first-round", rep(math.NaN(), 25), 1, false, true},
 		{"period-2", append([]float64{inf, 0.6, 91, 0.076, 0.037, 0.0077, 4.2}, cycle(18, 0.75, 3)...), 13, false, true},
 		{"period-1", append([]float64{inf, 0.5, 0.2}, rep(0.05, 22)...), 6, false, true},
 		{"period-3", append([]float64{inf, 0.5}, cycle(23, 0.1, 0.2, 0.3)...), 11, false, true},
@@ -71,4 +72,19 @@ func ramp(n int, v0, f float64) []float64 {
 		v0 = math.Max(v0*f, 0.002) + 0.001*float64(i%2)
 	}
 	return out
+}
+
+// TestRoundChange: a NaN flatfield change is not hidden by the first
+// round's +Inf darkfield change.
+func TestRoundChange(t *testing.T) {
+	inf := math.Inf(1)
+	if c := RoundChange(math.NaN(), inf); !math.IsNaN(c) {
+		t.Errorf("RoundChange(NaN, +Inf) = %g, want NaN", c)
+	}
+	if c := RoundChange(0.5, inf); c != inf {
+		t.Errorf("RoundChange(0.5, +Inf) = %g, want +Inf", c)
+	}
+	if c := RoundChange(0.002, 0.003); c != 0.003 {
+		t.Errorf("RoundChange(0.002, 0.003) = %g", c)
+	}
 }

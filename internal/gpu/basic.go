@@ -383,7 +383,7 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 					madDark = s[stDNum] / math.Max(s[stDDen], 1e-6)
 				}
 			}
-			if stops[f].Round(math.Max(madFlat, madDark), int(s[stIter])) {
+			if stops[f].Round(basic.RoundChange(madFlat, madDark), int(s[stIter])) {
 				finished[f] = true
 				act[f] = 0
 				act2[f] = 0

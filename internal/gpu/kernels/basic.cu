@@ -434,17 +434,14 @@ extern "C" __global__ void alm_control(double* ST, double* COEFF, int* VALID, in
             double b1 = 0.0;
             if (method == DARK_DARKEST) {
                 double beta = vw > 0.0 ? cov / vw : 0.0;
-                // W without a positive mean: level 0 (see alm.go darkStep).
-                if (meanW > 0.0)
-                    b1 = (st[ST_D0MEAN] - beta * meanW) / meanW;
+                b1 = (st[ST_D0MEAN] - beta * meanW) / meanW;
             } else {
                 double t5 = t2 * t3 - (double)k * t4;
                 if (t5 != 0.0)
                     b1 = (t1 * t3 - t2 * t4) / t5;
             }
             b1 = fmax(b1, 0.0);
-            if (meanW != 0.0)
-                b1 = fmin(b1, st[ST_B1UP] / meanW);
+            b1 = fmin(b1, st[ST_B1UP] / meanW);
             st[ST_B1] = b1;
             st[ST_MEANCV] = sumCv / (double)k;
             st[ST_TH] = st[ST_LAMD] / (ENT2 * mu);
