@@ -10,11 +10,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
@@ -45,7 +49,13 @@ import (
 // outputs under -dir (uint16 TIFFs, config.yaml, sentinels) and the real
 // stage (regstage.Run on the GPU: TIFF reads, registration, warps, TIFF
 // writes, transforms, QC, the pyramidal OME-TIFF) runs on them; its wall
-// time, with the I/O, is printed separately.
+// time, with the I/O, is printed separately, with its memory plan (logged
+// by the stage: "memory plan") and its peak host memory (VmHWM, reset
+// before the stage) against the budget: -mem-budget MB, else as the
+// executables decide it (SLURM, cgroup, 80 % of the physical memory).
+// With -reg-io -skip-gen the project already in -dir (from a run with
+// -keep) is reused and only the stage runs, in a fresh process: the
+// cleanest measure of its peak.
 var regFlags struct {
 	h, w, cycles, channels int
 	shift, rot, warp       float64
@@ -161,6 +171,16 @@ func runRegister(ctx context.Context, f flags) error {
 		return err
 	}
 	defer eng.Close()
+	if rf.io && f.skipGen {
+		cfg, err := config.Load(synth.ConfigPath(f.dir))
+		if err != nil {
+			return fmt.Errorf("-skip-gen: %w (run once with -reg-io -keep first)", err)
+		}
+		if !f.keep {
+			defer os.RemoveAll(f.dir)
+		}
+		return runRegStage(ctx, f, eng, &regProject{dir: f.dir, cfg: cfg})
+	}
 	sc, err := synth.NewRegScene(synth.RegOptions{H: rf.h, W: rf.w, Channels: min(rf.channels, 2), Seed: 1,
 		MaxShift: rf.shift, MaxRotDeg: rf.rot, WarpPx: rf.warp, Workers: f.workers})
 	if err != nil {
@@ -265,16 +285,51 @@ func runRegister(ctx context.Context, f flags) error {
 		return nil
 	}
 	fmt.Printf("\nproject written for the stage run: %.1f GB of EDF TIFFs in %.1f s (%s)\n", float64(proj.nBytes)/1e9, proj.wrote.Seconds(), f.dir)
+	return runRegStage(ctx, f, eng, proj)
+}
+
+// runRegStage runs the registration stage on the project's EDF outputs
+// and prints its wall time, peak host memory and peak GPU memory.
+func runRegStage(ctx context.Context, f flags, eng *gpu.Engine, proj *regProject) error {
+	if proj.nBytes == 0 {
+		filepath.Walk(filepath.Join(proj.dir, "data", "processed", "edf"), func(_ string, fi os.FileInfo, err error) error {
+			if err == nil && !fi.IsDir() && filepath.Ext(fi.Name()) == ".tif" {
+				proj.nBytes += fi.Size()
+			}
+			return nil
+		})
+	}
+	if err := os.RemoveAll(regstage.OutDir(proj.dir)); err != nil { // a previous run's output: disk
+		return err
+	}
 	if err := eng.ResetPeak(); err != nil {
 		return err
 	}
+	budget, budgetSrc, err := membudget.Resolve(f.memBudget, os.Getenv)
+	if err != nil {
+		return err
+	}
+	// The stage's own peak resident set: the benchmark's is forgotten.
+	runtime.GC()
+	debug.FreeOSMemory()
+	rssStart := membudget.RSS()
+	peakErr := membudget.ResetPeak()
+	fmt.Printf("host memory: budget %s (%s); resident before the stage %s (CUDA context, libraries, staging buffers)\n",
+		membudget.Format(budget), budgetSrc, membudget.Format(rssStart))
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t1 := time.Now()
-	res, err := regstage.Run(ctx, regstage.Options{Config: proj.cfg, Backend: eng.Registrar(), Workers: f.workers, Logger: lg, Device: "gpu"})
+	res, err := regstage.Run(ctx, regstage.Options{Config: proj.cfg, Backend: eng.Registrar(), Workers: f.workers, Logger: lg, Device: "gpu",
+		MemBudget: budget, MemBudgetSource: budgetSrc})
 	if err != nil {
 		return fmt.Errorf("registration stage: %w", err)
 	}
 	stage := time.Since(t1)
+	peak := membudget.PeakRSS()
+	if peakErr != nil {
+		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
+	}
+	fmt.Printf("peak host memory of the registration stage (VmHWM): %.2f GiB (%d MiB); budget %.2f GiB (%s): %s; at most %d full-size planes held at once\n",
+		gib(peak), peak>>20, gib(budget), budgetSrc, map[bool]string{true: "within", false: "EXCEEDED"}[peak <= budget], res.PlanesInMemory)
 	var outBytes int64
 	filepath.Walk(res.OutDir, func(_ string, fi os.FileInfo, err error) error {
 		if err == nil && !fi.IsDir() {
@@ -282,7 +337,7 @@ func runRegister(ctx context.Context, f flags) error {
 		}
 		return nil
 	})
-	ms, _ = eng.MemInfo()
+	ms, _ := eng.MemInfo()
 	fmt.Printf("whole stage (regstage.Run, GPU): %.1f s with TIFF I/O (read %.1f GB, wrote %.1f GB incl. the OME-TIFF); peak GPU memory %.2f GiB\n",
 		stage.Seconds(), float64(proj.nBytes)/1e9, float64(outBytes)/1e9, gib(ms.DevicePeak))
 	return nil
