@@ -62,7 +62,13 @@ const (
 	// linear regression on the flatfield across pixels. That image is the
 	// one closest to zero signal, so the extrapolation is shortest; it is
 	// usually glass where any tile shows glass. Both methods clamp the level
-	// to [0, min(data)]. See the package tests for the measured comparison.
+	// to [0, min(data)]. Where the flatfield part W has no positive mean
+	// during the fit (measured on dense nuclear stacks and on stacks of few
+	// textured tiles) the level is undefined and the fit goes NaN: it stops
+	// after that round (RoundStop, Stalled) and the stitch stage refits it
+	// with DarkfieldOriginal, which gives the better flatfield on exactly
+	// those stacks. See BenchmarkDarkfieldStudy and the README for the
+	// measured comparison.
 	DarkfieldDarkest
 )
 
