@@ -35,7 +35,8 @@
 #      helper's CPU assignment, without GPUs, running beside the (repeated) GPU registration job;
 #      checks their outputs (sentinels, metrics JSON against tifffile's numbers, every PNG decoded);
 #   9. `snakemake validate` passes, and fails listing a marker-named EDF file that was moved away.
-# Failures print the worst value and where. About 10 min on 2 cores.
+# Failures print the worst value and where. About 15 min on 2 cores (the registration run of the
+# example preset's 7 cycles: 8.5 min, measured on a loaded 2-core machine).
 #
 # Env: KINTSUGI_E2E_DIR  work directory under /tmp/ (default: a new /tmp/kintsugi-e2e.XXXXXX); it
 #                        is emptied first and kept afterwards (.ci/run prints its logs)
@@ -53,7 +54,7 @@ MEM_JOB=1500         # MB per stitch/decon/edf/QC job: an example cycle's decon 
 MEM_REGISTRATION=2000
 TIME_JOB=20          # minutes per job (SLURM time limit; an example cycle's stitch takes 1-2 min on 2 cores)
 CPUS_JOB=2           # cpus_per_task of every job
-SNAKEMAKE_TIMEOUT=2400   # s; the registration run takes ~6-8 min on 2 cores
+SNAKEMAKE_TIMEOUT=2400   # s; the registration run takes ~8-9 min on 2 cores
 # Content of a stitched plane: at least this fraction of pixels non-zero (the mosaic is fully
 # covered by tiles and even off tissue the synthetic background is 25-40 counts, ~4 noise sigma
 # above 0 after darkfield removal; 0.9 leaves room for an off-tissue tile), and a standard
