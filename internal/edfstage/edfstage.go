@@ -16,6 +16,12 @@
 // saturated stack, for example). The original logged such a channel and
 // went on; here the cycle fails with nothing written, because registration
 // needs every marker's plane and a silent hole surfaces only later.
+//
+// Memory: the stage plans from Options.MemBudget (memory.go): on the GPU
+// the planes go to the device stack as they are read (gpu.EDFStack), so the
+// host holds a few planes, not a channel; the CPU reference holds one or two
+// channel stacks. A budget below the smallest working set is a
+// *membudget.NeedError naming resources.mem_edf (exit 2), before any output.
 package edfstage
 
 import (
