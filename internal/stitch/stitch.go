@@ -399,12 +399,24 @@ func refitUniform(ctx context.Context, eng Engine, planes [][]*raster.Gray16, id
 			"channel", ids[i].ch, "z", ids[i].z, "rounds", profs[i].Reweights, "iterations", profs[i].Iterations, "stalled", profs[i].Stalled,
 			"uniform", uniformFlat(&profs[i]), "refit_rounds", re[0].Reweights, "refit_iterations", re[0].Iterations,
 			"refit_uniform", uniformFlat(&re[0]))
-		if !uniformFlat(&re[0]) && !re[0].Stalled && re[0].Reweights < bp.MaxReweightIterations {
+		// A refit that did not converge still replaces a first fit that
+		// went NaN (its darkfield would zero the corrected plane).
+		if !uniformFlat(&re[0]) && (!re[0].Stalled && re[0].Reweights < bp.MaxReweightIterations || !finiteDark(&profs[i])) {
 			profs[i] = re[0]
 			n++
 		}
 	}
 	return n, nil
+}
+
+// finiteDark reports whether a fit's darkfield is finite everywhere.
+func finiteDark(p *basic.Profile) bool {
+	for _, v := range p.Darkfield {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // uniformFlat reports whether a fit returned the all-ones flatfield.
