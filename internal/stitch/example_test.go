@@ -25,7 +25,7 @@ import (
 //
 // Two cycles (cycle 1: DAPI and a blank, autofluorescence only; cycle 2: DAPI
 // and a marker) at one z-plane each (the preset has 3; one keeps the test
-// under 50 s on 2 cores, and every plane is fitted alike). The end-to-end
+// near 20 s on 2 cores, and every plane is fitted alike). The end-to-end
 // test asserts the same on 7 cycles of 3 planes (tests/e2e/run.sh), where
 // the measured ranges are the same: DAPI 0.47-0.48 of uncorrected, CH2
 // 0.32-0.84 (the marker of cycle 2 the worst), darkfield within 21 counts.

@@ -35,8 +35,9 @@
 #      helper's CPU assignment, without GPUs, running beside the (repeated) GPU registration job;
 #      checks their outputs (sentinels, metrics JSON against tifffile's numbers, every PNG decoded);
 #   9. `snakemake validate` passes, and fails listing a marker-named EDF file that was moved away.
-# Failures print the worst value and where. About 15 min on 2 cores (the registration run of the
-# example preset's 7 cycles: 8.5 min, measured on a loaded 2-core machine).
+# Failures print the worst value and where. About 12 min on 2 cores (the registration run of the
+# example preset's 7 cycles took 8.5 min on a loaded 2-core machine, before the darkest-image
+# darkfield fits stopped early; their stitch jobs now take ~11 s instead of ~60 s).
 #
 # Env: KINTSUGI_E2E_DIR  work directory under /tmp/ (default: a new /tmp/kintsugi-e2e.XXXXXX); it
 #                        is emptied first and kept afterwards (.ci/run prints its logs)
