@@ -88,24 +88,29 @@ func childRun(t *testing.T, cfgPath string, budget int64, workers int) (int64, i
 
 // Budget test geometry: 2 cycles x 4 channels of memH x memW px, so that
 // the planes (24 MB each), not the runtime, dominate the stage's memory;
-// one image of cycle 2 is smaller (padded, as in production).
+// as in production, the cycles' sizes differ a little and every image is
+// padded: cycle 1's are 7 px narrower, cycle 2's 5 px lower.
 const memH, memW, memCycles, memChannels = 3000, 4000, 2, 4
 
 func budgetProject(t *testing.T) (string, *config.Config) {
 	t.Helper()
 	cfg, _ := regtest.WriteProjectChannels(t, t.TempDir(), memCycles, memChannels, regConfig,
 		synth.RegOptions{H: memH, W: memW, Seed: 9, MaxShift: 30, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
-	p := filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 3))
-	g, err := tiffio.ReadGray16(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	small := raster.NewGray16(g.W-7, g.H-5)
-	for y := range small.H {
-		copy(small.Pix[y*small.W:(y+1)*small.W], g.Pix[y*g.W:])
-	}
-	if err := tiffio.WriteGray16(p, small); err != nil {
-		t.Fatal(err)
+	for c := 1; c <= memCycles; c++ {
+		for ch := 1; ch <= memChannels; ch++ {
+			p := filepath.Join(EDFDir(cfg.ProjectDir, c), cfg.EDFFileName(c, ch))
+			g, err := tiffio.ReadGray16(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			small := raster.NewGray16(g.W-7*(c%2), g.H-5*(1-c%2))
+			for y := range small.H {
+				copy(small.Pix[y*small.W:(y+1)*small.W], g.Pix[y*g.W:])
+			}
+			if err := tiffio.WriteGray16(p, small); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	return cfg.Path, cfg
 }

@@ -104,8 +104,8 @@ func (g geometry) overlayBytes() int64 {
 }
 
 // cpuMem is the CPU backend's model: BlockShifts gives each worker a
-// phase-correlation workspace of the block (complex128 FFT buffer, two
-// float64 patches and gonum's plans: about 40 bytes per block px), the
+// phase-correlation workspace of the block (complex128 FFT buffer and two
+// float64 patches, 32 bytes per block px, and gonum's plans), the
 // largest being the coarse search's whole-level block, for each of the
 // backend's workers; LevelNCC and the field's smoothing are small.
 // Downsample and Warp allocate only their outputs (levels, the warped
@@ -114,7 +114,7 @@ func cpuMem(g geometry, workers int) engineMem {
 	return engineMem{
 		Fixed:    32 << 20,
 		Lazy:     16 << 20,
-		Register: int64(workers)*g.coarsePx()*40 + 16<<20,
+		Register: int64(workers)*(g.coarsePx()*32+1<<20) + 8<<20,
 	}
 }
 
