@@ -229,8 +229,11 @@ func TestMemPlans(t *testing.T) {
 		if _, err := m.choose(); !errors.As(err, &ne) || ne.Need != m.need(minPlan) || ne.ConfigKey != ConfigKeyMem {
 			t.Errorf("%s: budget 1 byte short: %v", dev, err)
 		}
-		t.Logf("%s, production (13 x 4 planes of %dx%d, padded, 16 workers): preferred %+v %s, smallest %+v %s (fixed %s)",
-			dev, w, h, ps[0], membudget.Format(m.need(ps[0])), minPlan, membudget.Format(m.need(minPlan)), membudget.Format(m.e.Fixed))
+		var needs []string
+		for _, q := range ps {
+			needs = append(needs, fmt.Sprintf("%+v %s", q, membudget.Format(m.need(q))))
+		}
+		t.Logf("%s, production (13 x 4 planes of %dx%d, padded, 16 workers, fixed %s): %s", dev, w, h, membudget.Format(m.e.Fixed), strings.Join(needs, ", "))
 	}
 }
 

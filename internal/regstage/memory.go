@@ -35,7 +35,7 @@ const ConfigKeyMem = "resources.mem_registration"
 //
 // Three phases peak:
 //
-//	reference  Out·(read + written) + levels + overlay        (the reference
+//	reference  Out·(read + writeScratch) + levels + overlay   (the reference
 //	           cycle's images are read and rewritten padded, Out at once)
 //	cycles     In·read + Out·written + 2·levels + engine + overlay
 //	ome        P + read + P/3 (the pyramid's reduced levels) + the
@@ -194,7 +194,7 @@ func newMemModel(be register.Backend, device string, g geometry, resident, budge
 // live is the largest phase's heap under p.
 func (m memModel) live(p memPlan) int64 {
 	lv, ov := m.g.levelBytes(), m.g.overlayBytes()
-	ref := int64(p.Out)*(m.read+m.wrote) + lv + ov
+	ref := int64(p.Out)*(m.read+writeScratch) + lv + ov
 	cyc := int64(p.In)*m.read + int64(p.Out)*m.wrote + 2*lv + m.e.Register + ov
 	return max(ref, cyc, m.ome)
 }
