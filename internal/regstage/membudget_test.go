@@ -240,3 +240,35 @@ func TestMemPlans(t *testing.T) {
 // gpuLike stands for the CUDA backend in model tests (any backend but the
 // CPU reference, with Device "gpu").
 type gpuLike struct{ register.CPU }
+
+// Every plan gives the same bytes as the preferred one (in process, so
+// that the race detector sees the pipeline's goroutines), and holds at
+// most its planes.
+func TestPlansSameOutput(t *testing.T) {
+	cfg, _ := project(t, 3)
+	out := OutDir(cfg.ProjectDir)
+	var want map[string][]byte
+	for i, p := range append([]memPlan{{}}, plans(4, 2)...) {
+		res, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 2}, Workers: 4, Device: "cpu", plan: p})
+		if err != nil {
+			t.Fatalf("plan %+v: %v", p, err)
+		}
+		if p != (memPlan{}) && (res.PlanesInMemory < 1 || res.PlanesInMemory > p.Planes()) {
+			t.Errorf("plan %+v: %d planes held at once", p, res.PlanesInMemory)
+		}
+		got := exectest.ReadTree(t, out)
+		if i == 0 {
+			want = got
+		} else if len(got) != len(want) {
+			t.Errorf("plan %+v: %d files, %d with the preferred plan", p, len(got), len(want))
+		}
+		for name, b := range want {
+			if !bytes.Equal(got[name], b) {
+				t.Errorf("plan %+v: %s differs", p, name)
+			}
+		}
+		if err := os.RemoveAll(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

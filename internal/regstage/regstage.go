@@ -116,6 +116,8 @@ type Options struct {
 	MemBudget int64
 	// MemBudgetSource says where MemBudget came from, for logs and errors.
 	MemBudgetSource string
+
+	plan memPlan // tests: the plan to use instead of the chosen one
 }
 
 // CycleResult is one cycle's outcome.
@@ -277,6 +279,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	plan, err := mm.choose()
 	if err != nil {
 		return nil, err
+	}
+	if o.plan != (memPlan{}) {
+		plan = o.plan
 	}
 	defer membudget.SetGoLimit(mm.goLimit())()
 	lg.Info("memory plan", "budget", budgetText(o.MemBudget, o.MemBudgetSource),
