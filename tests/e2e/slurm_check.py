@@ -13,7 +13,10 @@ submitted job to its rule and wildcards ("rule X: ... jobid: N ... wildcards: k=
      account, partition and AllocTRES gres/gpu count (0 for CPU jobs);
   3. per account, the GPUs of jobs running at once (sacct Start/End, 1 s resolution, intervals
      [Start, End)) never exceed the account's limit (--limits);
-  4. GPU jobs in flight at once (from sacct Submit to End: submitted and not finished, pending or
+  4. GPU jobs in flight at once (from sacct Submit to the End of the job's last srun step, where
+     the job's work ends and Snakemake sees it finish; SLURM's own job End can come seconds later
+     on a loaded node (epilog, accounting), when Snakemake has already submitted the next job:
+     submitted and not finished, pending or
      running) never exceed --max-gpu-jobs, and with --require-gpu-peak reach it (so the limit
      was exercised);
   5. per account whose GPU jobs in flight ever exceeded its limit, the excess really queued in
@@ -121,7 +124,29 @@ def sacct(jobids):
         row["start"], row["end"], row["submit"] = (parse_time(row["Start"]), parse_time(row["End"]),
                                                    parse_time(row["Submit"]))
         rows[row["JobIdRaw"]] = row
+    for jobid, end in step_ends(jobids).items():
+        if jobid in rows:
+            rows[jobid]["work_end"] = end
     return rows
+
+
+def step_ends(jobids):
+    """The End of each job's last numbered step (N.0, N.1, ...: the srun steps of its job script), by job id."""
+    out = subprocess.run(["sacct", "-P", "-n", "-j", ",".join(jobids), "--format=JobIdRaw,End"],
+                         check=True, capture_output=True, text=True).stdout
+    ends = {}
+    for line in out.splitlines():
+        jid, _, end = line.partition("|")
+        job, _, step = jid.partition(".")
+        t = parse_time(end)
+        if step.isdigit() and t and (job not in ends or t > ends[job]):
+            ends[job] = t
+    return ends
+
+
+def work_end(r):
+    """When the job's work ended: its last srun step's End, else the job's End."""
+    return r.get("work_end") or r["end"]
 
 
 def max_concurrent(intervals):
@@ -208,7 +233,7 @@ def check(sub, run_id, rows, limits, expect=None, max_gpu_jobs=None, require_gpu
 
     # 4. GPU jobs in flight, all accounts together (Snakemake's gpu_jobs limit).
     timed = [r for r in gpu_jobs if r["submit"] and r["end"]]
-    peak = max_concurrent([(r["submit"], r["end"]) for r in timed])
+    peak = max_concurrent([(r["submit"], work_end(r)) for r in timed])
     cpu = [j["sacct"] for j in done if j["sacct"]["gpus"] == 0 and j["sacct"]["start"] and j["sacct"]["end"]]
     beside = sum(1 for c in cpu if any(g["start"] and g["start"] < c["end"] and c["start"] < g["end"] for g in timed))
     report.append(f"slurm_check: {len(gpu_jobs)} GPU jobs, at most {peak} in flight at once (submitted, not ended); "

@@ -152,6 +152,18 @@ class CheckTest(unittest.TestCase):
         fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1})
         self.assertTrue(any("2 GPUs in use at once, limit 1" in f for f in fails), fails)
 
+    def test_in_flight_ends_with_the_last_step(self):
+        # Job 1's SLURM End comes 3 s after its srun step ended; Snakemake submitted job 2 at the
+        # step's end: one in flight at a time, not two.
+        sub = [{"rule": "stitch", "smk_jobid": str(i), "wildcards": {"cycle": f"0{i}"}, "slurm_jobid": str(i)} for i in (1, 2)]
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 23),
+                "2": row("2", "snakejob_stitch_2", "acct_a", "gpu", 1, 20, 24, 40)}
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 2}, None, max_gpu_jobs=1)
+        self.assertEqual(fails, ["2 GPU jobs in flight at once, limit 1"])
+        rows["1"]["work_end"] = T0 + dt.timedelta(seconds=20)
+        fails, report, _ = sc.check(sub, None, rows, {"acct_a": 2}, None, max_gpu_jobs=1, require_gpu_peak=True)
+        self.assertEqual(fails, [], report)
+
     def test_max_concurrent(self):
         t = lambda s: T0 + dt.timedelta(seconds=s)  # noqa: E731
         self.assertEqual(sc.max_concurrent([(t(0), t(10)), (t(10), t(20)), (t(5), t(15))]), 2)
