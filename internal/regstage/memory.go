@@ -216,19 +216,24 @@ func (m memModel) goLimit() int64 {
 // channel being warped), one warped plane being produced or written.
 var minPlan = memPlan{In: 1, Out: 1}
 
-// plans lists the plans from the preferred (one channel read ahead, one
-// write slot per worker up to 4 and the cycle's channels) down to minPlan,
-// shrinking what costs the least time first: write slots beyond 2, the
-// read-ahead, the last write-behind slot.
+// plans lists the plans from the preferred (k = max(2, min(workers,
+// channels, 4)) planes read and k written: a cycle's channels are read
+// while its DAPI is registered, and written while the next are warped)
+// down to minPlan, shrinking what costs the least time first: the
+// read-ahead beyond one plane, write slots beyond 2, the last read-ahead,
+// the last write-behind slot.
 func plans(workers, channels int) []memPlan {
-	p := memPlan{In: 2, Out: max(2, min(workers, channels, 4))}
+	k := max(2, min(workers, channels, 4))
+	p := memPlan{In: k, Out: k}
 	out := []memPlan{p}
 	add := func() {
 		if out[len(out)-1] != p {
 			out = append(out, p)
 		}
 	}
-	p.Out = min(p.Out, 2)
+	p.In = 2
+	add()
+	p.Out = 2
 	add()
 	p.In = 1
 	add()
