@@ -11,8 +11,9 @@ import (
 )
 
 // TestRefitUniformFlatfield: on a dense DAPI stack of 30 small tiles the
-// darkest-image darkfield rule does not converge and BaSiC's guard returns a
-// uniform flatfield (measured on this data: 25 rounds x 500 iterations). The
+// darkest-image darkfield rule does not converge (its level is undefined:
+// the fit goes NaN and the stall rule stops it after its first round; before
+// that rule it ran 25 rounds x 500 iterations) and gives no usable flatfield. The
 // stage must refit such planes with the original rule (8 rounds here) and
 // keep a real flatfield, better than no correction. (The planes where the
 // darkest rule converged score about the uncorrected error here: the limit
