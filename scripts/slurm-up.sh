@@ -168,6 +168,12 @@ done
 # ---- slurmctld + slurmd -----------------------------------------------------------------
 if ! pid_alive /run/slurmctld.pid; then
   rm -rf /var/spool/slurmctld/* # fresh controller state: no stale DRAIN, no old jobs
+  # A fresh controller numbers jobs from FirstJobId again, but slurmdbd keeps the old jobs: a new
+  # job 13 would share its id with an old COMPLETED job 13, and a status query by id (Snakemake's
+  # sacct -j) could see the old one and call a pending job finished. Start above every recorded id.
+  last=$(sacct -a -X -n -P --starttime 2000-01-01 --format=JobIdRaw 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -n 1 || true)
+  sed -i '/^FirstJobId=/d' /etc/slurm/slurm.conf
+  echo "FirstJobId=$(( ${last:-0} + 1 ))" >>/etc/slurm/slurm.conf
   slurmctld
 fi
 pid_alive /run/slurmd.pid || slurmd -N localhost # -N: node name independent of the hostname
