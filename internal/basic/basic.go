@@ -41,6 +41,10 @@ type Params struct {
 	LambdaDark            float64 // 0: automatic, 0.2 * automatic LambdaFlat
 	Seed                  uint64  // seed for any randomised step (none at present: ‖D‖₂ is computed exactly)
 	DarkfieldMethod       DarkfieldMethod
+	// NoEarlyStop runs a stagnating fit to MaxReweightIterations instead of
+	// stopping it early (RoundStop): for studies and the tests that show
+	// the early stop changes nothing else. Production leaves it false.
+	NoEarlyStop bool
 }
 
 // DarkfieldMethod selects how the darkfield level is fixed. BaSiC's model
@@ -115,6 +119,14 @@ type Profile struct {
 	// Stalled that the fit was stopped early as stagnating (see RoundStop).
 	// A fit that is not Converged used all rounds or Stalled.
 	Converged, Stalled bool
+	// Rounds is the history of the reweighting rounds, in order.
+	Rounds []Round
+}
+
+// Round is one reweighting round of a fit.
+type Round struct {
+	Change     float64 // relative change of the profiles after it (+Inf for the first; see RoundChange)
+	Iterations int     // inner ALM iterations it used
 }
 
 // Fitter fits one profile per stack. Implementations (CPU reference, CUDA)

@@ -261,7 +261,7 @@ func fitOne(ctx context.Context, st *raster.Stack, p Params, workers int) (Profi
 			break
 		}
 	}
-	prof.Converged, prof.Stalled = stop.Converged, stop.Stalled
+	prof.Converged, prof.Stalled, prof.Rounds = stop.Converged, stop.Stalled, stop.History()
 
 	prof.WorkFlat = make([]float32, m)
 	prof.WorkDark = make([]float32, m)

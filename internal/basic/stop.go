@@ -33,9 +33,6 @@ func (r *RoundStop) Round(change float64, iters int) bool {
 	r.rounds++
 	r.change = append(r.change, change)
 	r.iters = append(r.iters, iters)
-	if roundHook != nil {
-		roundHook(r.rounds, change, iters)
-	}
 	if change <= r.p.ReweightTol {
 		r.Converged = true
 		return true
@@ -43,11 +40,20 @@ func (r *RoundStop) Round(change float64, iters int) bool {
 	if r.rounds >= r.p.MaxReweightIterations {
 		return true
 	}
-	if stallCheck && r.stalled() {
+	if !r.p.NoEarlyStop && r.stalled() {
 		r.Stalled = true
 		return true
 	}
 	return false
+}
+
+// History returns the rounds recorded so far, in order.
+func (r *RoundStop) History() []Round {
+	h := make([]Round, len(r.change))
+	for i := range h {
+		h[i] = Round{Change: r.change[i], Iterations: r.iters[i]}
+	}
+	return h
 }
 
 // RoundChange is a round's change as every engine computes it: the larger
@@ -60,12 +66,6 @@ func RoundChange(madFlat, madDark float64) float64 {
 	}
 	return math.Max(madFlat, madDark)
 }
-
-// roundHook, when set (tests), sees every round.
-var roundHook func(round int, change float64, iters int)
-
-// stallCheck enables the stagnation test (tests turn it off to compare).
-var stallCheck = true
 
 // Stagnation test constants (see stalled).
 const (

@@ -45,6 +45,27 @@ func TestRoundStop(t *testing.T) {
 			t.Errorf("%s: stopped after %d rounds (converged %v, stalled %v), want %d (%v, %v)",
 				c.name, n, r.Converged, r.Stalled, c.rounds, c.converged, c.stalled)
 		}
+		if h := r.History(); len(h) != n || h[n-1].Iterations != 36 || !(h[n-1].Change == c.changes[n-1] || math.IsNaN(h[n-1].Change)) {
+			t.Errorf("%s: history %v does not record the %d rounds", c.name, h, n)
+		}
+		// With NoEarlyStop a stalled fit runs every round; the others stop as before.
+		q := p
+		q.NoEarlyStop = true
+		r = NewRoundStop(q)
+		n = 0
+		for _, ch := range c.changes {
+			n++
+			if r.Round(ch, 36) {
+				break
+			}
+		}
+		want := c.rounds
+		if c.stalled {
+			want = len(c.changes)
+		}
+		if n != want || r.Stalled {
+			t.Errorf("%s, NoEarlyStop: stopped after %d rounds (stalled %v), want %d", c.name, n, r.Stalled, want)
+		}
 	}
 }
 

@@ -36,10 +36,9 @@ func TestStallCheckKeepsConvergingFits(t *testing.T) {
 			p := basic.Production()
 			p.DarkfieldMethod = m
 			var got [2]basic.Profile
-			for k, on := range []bool{true, false} {
-				old := basic.SetStallCheck(on)
+			for k, off := range []bool{false, true} {
+				p.NoEarlyStop = off
 				prof, err := basic.CPU{}.Fit(context.Background(), []*raster.Stack{st}, p)
-				basic.SetStallCheck(old)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -119,18 +118,17 @@ func BenchmarkDarkfieldStudy(b *testing.B) {
 			for ri, r := range rules {
 				p := basic.Production()
 				p.DarkfieldMethod = r
-				var tb strings.Builder
-				basic.SetRoundHook(func(round int, change float64, iters int) {
-					fmt.Fprintf(&tb, " %d:%.3g/%d", round, change, iters)
-				})
 				t0 := time.Now()
 				prof, err := basic.CPU{Workers: 2}.Fit(context.Background(), []*raster.Stack{st}, p)
 				secs := time.Since(t0).Seconds()
-				basic.SetRoundHook(nil)
 				if err != nil {
 					b.Fatal(err)
 				}
 				pr := prof[0]
+				var tb strings.Builder
+				for i, r := range pr.Rounds {
+					fmt.Fprintf(&tb, " %d:%.3g/%d", i+1, r.Change, r.Iterations)
+				}
 				res[ri], took[ri] = pr, secs
 				e := basictest.Compare(pr, tr)
 				dr := basictest.DarkRMS(pr, tr)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -31,57 +31,28 @@ import (
 const childEnv = "KINTSUGI_DECON_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return
-	}
-	f := strings.Split(spec, ",")
-	budget, _ := strconv.ParseInt(f[1], 10, 64)
-	workers, _ := strconv.Atoi(f[2])
-	cfg, err := config.Load(f[0])
-	var res *Result
-	if err == nil {
-		res, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: workers}, Workers: workers,
+	childproc.Serve(childEnv, func(f []string) (map[string]string, error) {
+		budget, _ := strconv.ParseInt(f[1], 10, 64)
+		workers, _ := strconv.Atoi(f[2])
+		cfg, err := config.Load(f[0])
+		if err != nil {
+			return nil, err
+		}
+		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: workers}, Workers: workers,
 			CPU: true, MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(cliutil.ExitCode(err))
-	}
-	fmt.Printf("VMHWM %d\nPLAN %s\n", membudget.PeakRSS(), res.Plan)
-	os.Exit(0)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"PLAN": res.Plan}, nil
+	})
 }
 
 // childRun runs the stage on cfgPath in a child process and returns its
 // peak resident set, its plan, its stderr and its exit code.
 func childRun(t *testing.T, cfgPath string, budget int64, workers int) (int64, string, string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMemBudgetChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", childEnv, cfgPath, budget, workers), "GOMEMLIMIT=", "GOGC=")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	var peak int64
-	plan := ""
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "VMHWM "); ok {
-			peak, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(line, "PLAN "); ok {
-			plan = v
-		}
-	}
-	if code == 0 && peak <= 0 {
-		t.Fatalf("child printed no peak:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	return peak, plan, stderr.String(), code
+	r := childproc.Run(t, "TestMemBudgetChild", childEnv, cfgPath, budget, workers)
+	return r.Peak, r.Values["PLAN"], r.Stderr, r.Code
 }
 
 // Geometry of the budget tests' cycle: 2 channels of 4 planes of

@@ -308,13 +308,8 @@ func (m memModel) smallest() memPlan {
 // working set.
 func (m memModel) choose() (memPlan, error) {
 	ps := m.plans()
-	if m.budget <= 0 {
-		return ps[0], nil
-	}
-	for _, p := range ps {
-		if m.need(p) <= m.budget {
-			return p, nil
-		}
+	if p, ok := membudget.First(ps, m.budget, m.need); ok {
+		return p, nil
 	}
 	small := ps[len(ps)-1]
 	c := m.chans[0]

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -29,25 +29,20 @@ import (
 const childEnv = "KINTSUGI_EDF_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return
-	}
-	f := strings.Split(spec, ",")
-	budget, _ := strconv.ParseInt(f[1], 10, 64)
-	workers, _ := strconv.Atoi(f[2])
-	cfg, err := config.Load(f[0])
-	var res *Result
-	if err == nil {
-		res, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: edf.CPU{Workers: workers}, Workers: workers,
+	childproc.Serve(childEnv, func(f []string) (map[string]string, error) {
+		budget, _ := strconv.ParseInt(f[1], 10, 64)
+		workers, _ := strconv.Atoi(f[2])
+		cfg, err := config.Load(f[0])
+		if err != nil {
+			return nil, err
+		}
+		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: edf.CPU{Workers: workers}, Workers: workers,
 			MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(cliutil.ExitCode(err))
-	}
-	fmt.Printf("VMHWM %d\nPLAN %s\nPLANNED %d\n", membudget.PeakRSS(), res.MemPlan, res.MemPlanned)
-	os.Exit(0)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"PLAN": res.MemPlan, "PLANNED": strconv.FormatInt(res.MemPlanned, 10)}, nil
+	})
 }
 
 type childOut struct {
@@ -59,33 +54,8 @@ type childOut struct {
 // childRun runs the stage on cfgPath in a child process.
 func childRun(t *testing.T, cfgPath string, budget int64, workers int) childOut {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMemBudgetChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", childEnv, cfgPath, budget, workers), "GOMEMLIMIT=", "GOGC=")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	c := childOut{stderr: stderr.String()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		c.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "VMHWM "); ok {
-			c.peak, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(line, "PLANNED "); ok {
-			c.planned, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(line, "PLAN "); ok {
-			c.plan = v
-		}
-	}
-	if c.code == 0 && c.peak <= 0 {
-		t.Fatalf("child printed no peak:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	return c
+	r := childproc.Run(t, "TestMemBudgetChild", childEnv, cfgPath, budget, workers)
+	return childOut{peak: r.Peak, planned: r.Int("PLANNED"), plan: r.Values["PLAN"], stderr: r.Stderr, code: r.Code}
 }
 
 // Budget-test cycle: the stacks, not the runtime, dominate the stage's

@@ -204,13 +204,8 @@ func (m memModel) plans() []memPlan {
 // working set.
 func (m memModel) choose() (memPlan, error) {
 	ps := m.plans()
-	if m.budget <= 0 {
-		return ps[0], nil
-	}
-	for _, p := range ps {
-		if m.need(p) <= m.budget {
-			return p, nil
-		}
+	if p, ok := membudget.First(ps, m.budget, m.need); ok {
+		return p, nil
 	}
 	small := ps[len(ps)-1]
 	what := fmt.Sprintf("one channel of %d planes of %dx%d px held whole (%s) for the %s engine, its fusion (%s), runtime %s",

@@ -410,7 +410,7 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 	profs := make([]basic.Profile, F)
 	for f, in := range ins {
 		pr := basic.Profile{W: in.w, H: in.h, Iterations: iters[f], Reweights: round[f],
-			Converged: stops[f].Converged, Stalled: stops[f].Stalled}
+			Converged: stops[f].Converged, Stalled: stops[f].Stalled, Rounds: stops[f].History()}
 		pr.WorkFlat = make([]float32, m)
 		pr.WorkDark = make([]float32, m)
 		for i := range m {

@@ -328,3 +328,19 @@ func Format(b int64) string {
 	}
 	return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
 }
+
+// First returns the first of plans (ordered from the preferred to the
+// smallest) whose need fits budget, the preferred one when budget <= 0
+// (no budget), and ok false when none fits: the caller then reports a
+// NeedError for the last, smallest plan. plans must not be empty.
+func First[P any](plans []P, budget int64, need func(P) int64) (p P, ok bool) {
+	if budget <= 0 {
+		return plans[0], true
+	}
+	for _, p := range plans {
+		if need(p) <= budget {
+			return p, true
+		}
+	}
+	return plans[len(plans)-1], false
+}

@@ -142,3 +142,18 @@ func TestNeedError(t *testing.T) {
 }
 
 func frac(b int64) int64 { return int64(float64(b) * DefaultFraction) }
+
+func TestFirst(t *testing.T) {
+	plans := []int64{900, 500, 200}
+	need := func(p int64) int64 { return p + 100 }
+	for _, c := range []struct {
+		budget int64
+		want   int64
+		ok     bool
+	}{{0, 900, true}, {-1, 900, true}, {1000, 900, true}, {999, 500, true}, {600, 500, true}, {300, 200, true}, {299, 200, false}} {
+		got, ok := First(plans, c.budget, need)
+		if got != c.want || ok != c.ok {
+			t.Errorf("budget %d: got %d, %v; want %d, %v", c.budget, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -7,16 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
@@ -31,59 +30,30 @@ import (
 const childEnv = "KINTSUGI_REG_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return
-	}
-	f := strings.Split(spec, ",")
-	budget, _ := strconv.ParseInt(f[1], 10, 64)
-	workers, _ := strconv.Atoi(f[2])
-	// One worker of phase correlation (its FFT workspaces scale with the
-	// workers), several goroutines for the stage's pipeline.
-	cfg, err := config.Load(f[0])
-	var res *Result
-	if err == nil {
-		res, err = Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 1}, Workers: workers,
+	childproc.Serve(childEnv, func(f []string) (map[string]string, error) {
+		budget, _ := strconv.ParseInt(f[1], 10, 64)
+		workers, _ := strconv.Atoi(f[2])
+		// One worker of phase correlation (its FFT workspaces scale with the
+		// workers), several goroutines for the stage's pipeline.
+		cfg, err := config.Load(f[0])
+		if err != nil {
+			return nil, err
+		}
+		res, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 1}, Workers: workers,
 			Device: "cpu", MemBudget: budget, MemBudgetSource: membudget.SourceFlag, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(cliutil.ExitCode(err))
-	}
-	fmt.Printf("VMHWM %d\nPLANES %d\n", membudget.PeakRSS(), res.PlanesInMemory)
-	os.Exit(0)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"PLANES": strconv.Itoa(res.PlanesInMemory)}, nil
+	})
 }
 
 // childRun runs the stage on cfgPath in a child process and returns its
 // peak resident set, the most planes it held, its stderr and its exit code.
 func childRun(t *testing.T, cfgPath string, budget int64, workers int) (int64, int, string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMemBudgetChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", childEnv, cfgPath, budget, workers), "GOMEMLIMIT=", "GOGC=")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	var peak int64
-	planes := 0
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "VMHWM "); ok {
-			peak, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(line, "PLANES "); ok {
-			planes, _ = strconv.Atoi(v)
-		}
-	}
-	if code == 0 && peak <= 0 {
-		t.Fatalf("child printed no peak:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	return peak, planes, stderr.String(), code
+	r := childproc.Run(t, "TestMemBudgetChild", childEnv, cfgPath, budget, workers)
+	return r.Peak, int(r.Int("PLANES")), r.Stderr, r.Code
 }
 
 // Budget test geometry: 2 cycles x 4 channels of memH x memW px, so that

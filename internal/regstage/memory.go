@@ -247,13 +247,8 @@ func plans(workers, channels int) []memPlan {
 // working set.
 func (m memModel) choose() (memPlan, error) {
 	ps := plans(m.g.Workers, m.g.Channels)
-	if m.budget <= 0 {
-		return ps[0], nil
-	}
-	for _, p := range ps {
-		if m.need(p) <= m.budget {
-			return p, nil
-		}
+	if p, ok := membudget.First(ps, m.budget, m.need); ok {
+		return p, nil
 	}
 	return memPlan{}, &membudget.NeedError{Stage: "registration", Budget: m.budget, Source: m.budgetSource,
 		Need: m.need(minPlan), ConfigKey: ConfigKeyMem,

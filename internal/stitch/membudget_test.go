@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
@@ -29,30 +28,25 @@ import (
 const childEnv = "KINTSUGI_STITCH_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
-	spec := os.Getenv(childEnv)
-	if spec == "" {
-		return
-	}
-	f := strings.Split(spec, ",")
-	budget, _ := strconv.ParseInt(f[1], 10, 64)
-	batch, _ := strconv.Atoi(f[2])
-	workers, _ := strconv.Atoi(f[3])
-	var eng Engine = cheapFit{NewCPUEngine(workers)}
-	if len(f) > 4 && f[4] == "cpu" {
-		eng = NewCPUEngine(workers)
-	}
-	cfg, err := config.Load(f[0])
-	var res *Result
-	if err == nil {
-		res, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: eng, Workers: workers,
+	childproc.Serve(childEnv, func(f []string) (map[string]string, error) {
+		budget, _ := strconv.ParseInt(f[1], 10, 64)
+		batch, _ := strconv.Atoi(f[2])
+		workers, _ := strconv.Atoi(f[3])
+		var eng Engine = cheapFit{NewCPUEngine(workers)}
+		if len(f) > 4 && f[4] == "cpu" {
+			eng = NewCPUEngine(workers)
+		}
+		cfg, err := config.Load(f[0])
+		if err != nil {
+			return nil, err
+		}
+		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: eng, Workers: workers,
 			Batch: batch, MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(cliutil.ExitCode(err))
-	}
-	fmt.Printf("VMHWM %d\nPLANES %d\n", membudget.PeakRSS(), res.PlanesInMemory)
-	os.Exit(0)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"PLANES": strconv.Itoa(res.PlanesInMemory)}, nil
+	})
 }
 
 // cheapFit is the CPU engine with BaSiC cut to 40 iterations and 2
@@ -77,32 +71,8 @@ func childRun(t *testing.T, cfgPath string, budget int64, batch, workers int) (i
 // stage held at once.
 func childRunPlanes(t *testing.T, cfgPath string, budget int64, batch, workers int) (int64, int, string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMemBudgetChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d,%d", childEnv, cfgPath, budget, batch, workers), "GOMEMLIMIT=", "GOGC=")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	var peak int64
-	planes := 0
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "VMHWM "); ok {
-			peak, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(line, "PLANES "); ok {
-			planes, _ = strconv.Atoi(v)
-		}
-	}
-	if code == 0 && peak <= 0 {
-		t.Fatalf("child printed no peak:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	return peak, planes, stderr.String(), code
+	r := childproc.Run(t, "TestMemBudgetChild", childEnv, cfgPath, budget, batch, workers)
+	return r.Peak, int(r.Int("PLANES")), r.Stderr, r.Code
 }
 
 // budgetProject writes a one-channel cycle whose planes, not the runtime,

@@ -201,13 +201,8 @@ func plans(batch, workers int) []memPlan {
 // working set.
 func (m memModel) choose(batch int) (memPlan, error) {
 	ps := plans(batch, m.g.Workers)
-	if m.budget <= 0 {
-		return ps[0], nil
-	}
-	for _, p := range ps {
-		if m.need(p) <= m.budget {
-			return p, nil
-		}
+	if p, ok := membudget.First(ps, m.budget, m.need); ok {
+		return p, nil
 	}
 	return memPlan{}, &membudget.NeedError{Stage: "stitch", Budget: m.budget, Source: m.budgetSource,
 		Need: m.need(minPlan), ConfigKey: ConfigKeyMem,
