@@ -94,6 +94,10 @@ type Options struct {
 	MemBudget int64
 	// MemBudgetSource says where MemBudget came from, for logs and errors.
 	MemBudgetSource string
+
+	// plan, when set (tests), replaces the chosen plan, to run every
+	// pipeline form on small data.
+	plan *memPlan
 }
 
 // Channel is one channel's outcome.
@@ -342,10 +346,6 @@ func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st 
 	return out, s, k, info, algInput(err)
 }
 
-// planOverride, set by tests, replaces the chosen plan (to run every
-// pipeline form on small data).
-var planOverride *memPlan
-
 // job is one channel's settings and input.
 type job struct {
 	ch    int
@@ -451,8 +451,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if planOverride != nil {
-		plan = *planOverride
+	if o.plan != nil {
+		plan = *o.plan
 	}
 	defer membudget.SetGoLimit(mm.goLimit())()
 	if o.CPU && plan.Window > 0 {

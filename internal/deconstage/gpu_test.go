@@ -77,11 +77,9 @@ func TestRunGPUPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := exectest.ReadTree(t, out)
-	defer func() { planOverride = nil }()
 	for _, p := range []memPlan{{IO: 1}, {Ahead: 1, Behind: 1, IO: 2}, {Behind: 1, IO: 3}} {
 		os.RemoveAll(out)
-		planOverride = &p
-		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2})
+		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2, plan: &p})
 		if err != nil {
 			t.Fatalf("plan %+v: %v", p, err)
 		}
@@ -99,7 +97,6 @@ func TestRunGPUPlans(t *testing.T) {
 	// The budget resolved for a GPU job keeps the planes off the host: the
 	// smallest working set is the engine plus two planes.
 	os.RemoveAll(out)
-	planOverride = nil
 	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2, MemBudget: 1 << 20, MemBudgetSource: "test"}); !errors.Is(err, membudget.ErrTooSmall) {
 		t.Errorf("1 MiB budget: %v, want a NeedError", err)
 	}

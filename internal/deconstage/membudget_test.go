@@ -275,20 +275,18 @@ func TestMemPlans(t *testing.T) {
 func TestRunCPUPlans(t *testing.T) {
 	cfg, dir := project(t, nil)
 	out := OutDir(dir, 1)
-	run := func() {
+	run := func(p *memPlan) {
 		t.Helper()
-		if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, CPU: true}); err != nil {
+		if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, CPU: true, plan: p}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run()
+	run(nil)
 	want := exectest.ReadTree(t, out)
-	defer func() { planOverride = nil }()
 	for _, p := range []memPlan{{IO: 1, Window: DefaultCPUBudget}, {Ahead: 1, Behind: 1, IO: 2, Window: DefaultCPUBudget},
 		{Ahead: 1, IO: 3, Window: 1}, {Behind: 1, IO: 1, Window: 20 << 10}} {
 		os.RemoveAll(out)
-		planOverride = &p
-		run()
+		run(&p)
 		got := exectest.ReadTree(t, out)
 		if len(got) != len(want) {
 			t.Fatalf("plan %+v: %d files, want %d", p, len(got), len(want))
