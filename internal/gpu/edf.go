@@ -76,34 +76,44 @@ func (e *Engine) EDFTimed(ctx context.Context, planes []*raster.Gray16, g edf.Ga
 		}
 		e.upload(segs)
 		lap(&tm.Upload)
-		res.Stats = e.edfGateDev(stack, false, n, h, w)
-		lap(&tm.Gate)
-		used, err := edf.Select(res.Stats, g)
-		if err != nil {
-			return err
-		}
-		res.Used = used
-		out := e.alloc(plane * 2)
-		idx := e.alloc(plane * 2)
-		defer e.release(out, idx)
-		fuse := e.edfFuseDev
-		if p.Method == edf.MethodWavelet {
-			fuse = e.edfWaveletDev
-		}
-		if err := fuse(ctx, stack, false, h, w, used, p, out, idx); err != nil {
-			return err
-		}
-		lap(&tm.Fuse)
-		e.download([]hostSeg{
-			{host: unsafe.Pointer(&res.Out.Pix[0]), dev: out, n: plane * 2},
-			{host: unsafe.Pointer(&res.Index[0]), dev: idx, n: plane * 2}})
-		lap(&tm.Download)
-		return nil
+		return e.edfStackToHost(ctx, stack, n, h, w, g, p, res, &tm, lap)
 	})
 	if err != nil {
 		return nil, tm, err
 	}
 	return res, tm, nil
+}
+
+// edfStackToHost gates the n planes of a uint16 device stack (n, h, w),
+// selects the slices with g, fuses them with p and downloads the output
+// plane and the index map into res (allocated by the caller), calling lap
+// with tm's slot after the gate, the fusion and the download. Engine
+// goroutine only.
+func (e *Engine) edfStackToHost(ctx context.Context, stack cu.DevicePtr, n, h, w int, g edf.Gate, p edf.Params, res *edf.Result, tm *EDFTimings, lap func(*float64)) error {
+	plane := int64(w) * int64(h)
+	res.Stats = e.edfGateDev(stack, false, n, h, w)
+	lap(&tm.Gate)
+	used, err := edf.Select(res.Stats, g)
+	if err != nil {
+		return err
+	}
+	res.Used = used
+	out := e.alloc(plane * 2)
+	idx := e.alloc(plane * 2)
+	defer e.release(out, idx)
+	fuse := e.edfFuseDev
+	if p.Method == edf.MethodWavelet {
+		fuse = e.edfWaveletDev
+	}
+	if err := fuse(ctx, stack, false, h, w, used, p, out, idx); err != nil {
+		return err
+	}
+	lap(&tm.Fuse)
+	e.download([]hostSeg{
+		{host: unsafe.Pointer(&res.Out.Pix[0]), dev: out, n: plane * 2},
+		{host: unsafe.Pointer(&res.Index[0]), dev: idx, n: plane * 2}})
+	lap(&tm.Download)
+	return nil
 }
 
 // edfGateDev returns the gate counts of the n planes of a device stack
@@ -320,29 +330,10 @@ func (s *EDFStack) Fuse(ctx context.Context, g edf.Gate, p edf.Params) (*edf.Res
 	}
 	e := s.e
 	w, h, n := s.W, s.H, s.N
-	plane := int64(w) * int64(h)
 	res := &edf.Result{Out: raster.NewGray16(w, h), Index: make([]uint16, w*h)}
 	err := e.do(ctx, "edf", func() error {
-		res.Stats = e.edfGateDev(s.ptr, false, n, h, w)
-		used, err := edf.Select(res.Stats, g)
-		if err != nil {
-			return err
-		}
-		res.Used = used
-		out := e.alloc(plane * 2)
-		idx := e.alloc(plane * 2)
-		defer e.release(out, idx)
-		fuse := e.edfFuseDev
-		if p.Method == edf.MethodWavelet {
-			fuse = e.edfWaveletDev
-		}
-		if err := fuse(ctx, s.ptr, false, h, w, used, p, out, idx); err != nil {
-			return err
-		}
-		e.download([]hostSeg{
-			{host: unsafe.Pointer(&res.Out.Pix[0]), dev: out, n: plane * 2},
-			{host: unsafe.Pointer(&res.Index[0]), dev: idx, n: plane * 2}})
-		return nil
+		var tm EDFTimings
+		return e.edfStackToHost(ctx, s.ptr, n, h, w, g, p, res, &tm, func(*float64) {})
 	})
 	if err != nil {
 		return nil, err
