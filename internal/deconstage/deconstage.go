@@ -463,8 +463,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Dir: OutDir(cfg.ProjectDir, o.Cycle), ChannelsInFlight: 1 + plan.Ahead + plan.Behind, PlannedBytes: mm.need(plan)}
 	res.Plan = fmt.Sprintf("channels_in_flight=%d read_ahead=%d write_behind=%d planes_in_flight=%d planned=%s fixed=%s pinned=%s go_limit=%s budget=%s",
 		res.ChannelsInFlight, plan.Ahead, plan.Behind, plan.IO, membudget.Format(res.PlannedBytes), membudget.Format(mm.fixed),
-		membudget.Format(mm.pinned()), membudget.Format(mm.goLimit()), budgetText(o.MemBudget, o.MemBudgetSource))
-	attrs := []any{"cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+		membudget.Format(mm.pinned()), membudget.Format(mm.goLimit()), membudget.Describe(o.MemBudget, o.MemBudgetSource))
+	attrs := []any{"cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
 		"channels_in_flight", res.ChannelsInFlight, "read_ahead", plan.Ahead, "write_behind", plan.Behind, "planes_in_flight", plan.IO,
 		"planned", membudget.Format(res.PlannedBytes), "fixed", membudget.Format(mm.fixed), "go_limit", membudget.Format(mm.goLimit()),
 		"channel_uint16", membudget.Format(chans[0].u())}

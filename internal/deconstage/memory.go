@@ -334,11 +334,3 @@ func (m memModel) choose() (memPlan, error) {
 	return memPlan{}, &membudget.NeedError{Stage: "decon", Budget: m.budget, Source: m.budgetSource,
 		Need: m.need(small), What: what, ConfigKey: ConfigKeyMem}
 }
-
-// budgetText is the budget for logs.
-func budgetText(b int64, src string) string {
-	if b <= 0 {
-		return "none"
-	}
-	return membudget.Format(b) + " (" + src + ")"
-}

@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer stage.Abort()
 	lg.Info("edf", "cycle", o.Cycle, "channels", cfg.Channels, "method", p.Method, "engine", o.Fuser.Name(),
 		"sigma", p.Sigma, "radius_x", p.RadiusX, "radius_y", p.RadiusY, "z_smooth_sigma", p.ZSmoothSigma)
-	lg.Info("memory plan", "cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+	lg.Info("memory plan", "cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
 		"plan", mp.String(), "planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.fixed),
 		"go_limit", membudget.Format(mm.goLimit()), "plane", fmt.Sprintf("%dx%d px, %s", maxW, maxH, membudget.Format(mm.plane())),
 		"planes_per_channel", maxN)

@@ -321,6 +321,15 @@ var ErrTooSmall = errors.New("memory budget too small")
 
 func (e *NeedError) Is(target error) bool { return target == ErrTooSmall }
 
+// Describe writes a budget and its source for logs ("6.00 GiB (--mem-budget)"),
+// "none" for no budget (b <= 0).
+func Describe(b int64, src string) string {
+	if b <= 0 {
+		return "none"
+	}
+	return Format(b) + " (" + src + ")"
+}
+
 // Format writes bytes as MiB below 1 GiB, else GiB with two decimals.
 func Format(b int64) string {
 	if b < 1<<30 {

@@ -157,3 +157,12 @@ func TestFirst(t *testing.T) {
 		}
 	}
 }
+
+func TestDescribe(t *testing.T) {
+	if got := Describe(0, "x"); got != "none" {
+		t.Errorf("no budget: %q", got)
+	}
+	if got, want := Describe(6144*MB, "--mem-budget"), "6.00 GiB (--mem-budget)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

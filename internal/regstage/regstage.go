@@ -284,7 +284,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		plan = o.plan
 	}
 	defer membudget.SetGoLimit(mm.goLimit())()
-	lg.Info("memory plan", "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+	lg.Info("memory plan", "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
 		"planes_read", plan.In, "planes_written", plan.Out, "planes_in_memory", plan.Planes(),
 		"planned", membudget.Format(mm.need(plan)), "fixed", membudget.Format(mm.e.Fixed), "go_limit", membudget.Format(mm.goLimit()),
 		"plane", fmt.Sprintf("%dx%d px, %s", w, h, membudget.Format(mm.plane)), "padding", pad)
@@ -351,13 +351,6 @@ func levelFactors(p register.Params, h, w int) []int {
 		}
 	}
 	return ks
-}
-
-func budgetText(b int64, src string) string {
-	if b <= 0 {
-		return "none"
-	}
-	return membudget.Format(b) + " (" + src + ")"
 }
 
 // pipeline holds the plan's plane slots: in for planes read and not yet

@@ -194,7 +194,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	lg.Info("memory plan", "cycle", o.Cycle, "budget", budgetText(o.MemBudget, o.MemBudgetSource),
+	lg.Info("memory plan", "cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
 		"batch", mp.Batch, "planes_in_memory", mp.Planes, "write_slots", mp.Writes,
 		"planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.e.Fixed), "go_limit", membudget.Format(mm.goLimit()),
 		"raw_plane", membudget.Format(mm.raw), "mosaic", fmt.Sprintf("%dx%d px, %s", geom.MosaicW, geom.MosaicH, membudget.Format(mm.mosaic)))
@@ -447,13 +447,6 @@ func mosaicSize(pos []raster.Point, h, w int) (int, int) {
 		mw = max(mw, int(math.Round(max(0, p.X)))+w)
 	}
 	return mh, mw
-}
-
-func budgetText(b int64, src string) string {
-	if b <= 0 {
-		return "none"
-	}
-	return membudget.Format(b) + " (" + src + ")"
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
