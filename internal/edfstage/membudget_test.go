@@ -29,13 +29,7 @@ import (
 const childEnv = "KINTSUGI_EDF_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
-	childproc.Serve(childEnv, func(f []string) (map[string]string, error) {
-		budget, _ := strconv.ParseInt(f[1], 10, 64)
-		workers, _ := strconv.Atoi(f[2])
-		cfg, err := config.Load(f[0])
-		if err != nil {
-			return nil, err
-		}
+	childproc.ServeStage(childEnv, func(cfg *config.Config, budget int64, workers int) (map[string]string, error) {
 		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: edf.CPU{Workers: workers}, Workers: workers,
 			MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
 		if err != nil {

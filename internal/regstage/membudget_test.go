@@ -30,15 +30,9 @@ import (
 const childEnv = "KINTSUGI_REG_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
-	childproc.Serve(childEnv, func(f []string) (map[string]string, error) {
-		budget, _ := strconv.ParseInt(f[1], 10, 64)
-		workers, _ := strconv.Atoi(f[2])
+	childproc.ServeStage(childEnv, func(cfg *config.Config, budget int64, workers int) (map[string]string, error) {
 		// One worker of phase correlation (its FFT workspaces scale with the
 		// workers), several goroutines for the stage's pipeline.
-		cfg, err := config.Load(f[0])
-		if err != nil {
-			return nil, err
-		}
 		res, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 1}, Workers: workers,
 			Device: "cpu", MemBudget: budget, MemBudgetSource: membudget.SourceFlag, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 )
 
@@ -43,6 +44,30 @@ func Serve(env string, run func(args []string) (map[string]string, error)) {
 		fmt.Printf("%s %s\n", k, v)
 	}
 	os.Exit(0)
+}
+
+// ServeStage is Serve for a stage run on the arguments "config path, budget
+// bytes, workers" (what the parent passes to Run): run gets the loaded
+// config, the budget and the worker count.
+func ServeStage(env string, run func(cfg *config.Config, budget int64, workers int) (map[string]string, error)) {
+	Serve(env, func(f []string) (map[string]string, error) {
+		if len(f) != 3 {
+			return nil, fmt.Errorf("childproc: %s=%q: want config,budget,workers", env, strings.Join(f, ","))
+		}
+		budget, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("childproc: budget %q: %w", f[1], err)
+		}
+		workers, err := strconv.Atoi(f[2])
+		if err != nil {
+			return nil, fmt.Errorf("childproc: workers %q: %w", f[2], err)
+		}
+		cfg, err := config.Load(f[0])
+		if err != nil {
+			return nil, err
+		}
+		return run(cfg, budget, workers)
+	})
 }
 
 // Result is what a child run reported.
