@@ -264,7 +264,7 @@ func TestSpanningTreeAndPlace(t *testing.T) {
 	if len(tree) != 3 || tree[0] != 0 || tree[1] != 1 || tree[2] != 3 {
 		t.Fatalf("tree = %v, want [0 1 3] (valid edges beat a higher-NCC invalid one)", tree)
 	}
-	pos := place(4, grid, pairs, tr, tree, [2]Translation{{DX: 10}, {DY: 8}})
+	pos := shiftToZero(place(4, grid, pairs, tr, tree, [2]Translation{{DX: 10}, {DY: 8}}))
 	// tile 0 (0,0); 1 (1,10); 2 (8,-1); 3 = 2 + (2,11) = (10,10); shift x by +1
 	wantPos := []raster.Point{{Y: 0, X: 1}, {Y: 1, X: 11}, {Y: 8, X: 0}, {Y: 10, X: 11}}
 	for i := range wantPos {
@@ -279,7 +279,7 @@ func TestSpanningTreeAndPlace(t *testing.T) {
 		t.Fatalf("pairs %v, want only 0-1", pairs)
 	}
 	tree = spanningTree(3, pairs, []Translation{{DY: 0.5, DX: 9, NCC: 1}}, []bool{true})
-	pos = place(3, grid, pairs, []Translation{{DY: 0.5, DX: 9, NCC: 1}}, tree, [2]Translation{{DX: 9}, {DY: 7}})
+	pos = shiftToZero(place(3, grid, pairs, []Translation{{DY: 0.5, DX: 9, NCC: 1}}, tree, [2]Translation{{DX: 9}, {DY: 7}}))
 	// tile 2 by the model: 2*(7,0) + 1*(0,9) = (14, 9)
 	if pos[2] != (raster.Point{Y: 14, X: 9}) || pos[1] != (raster.Point{Y: 0.5, X: 9}) {
 		t.Errorf("disconnected placement %v", pos)
