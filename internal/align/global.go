@@ -1,6 +1,7 @@
 package align
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -36,6 +37,11 @@ const (
 	// the largest position change, px, at which IRLS has converged.
 	globalIters = 50
 	globalStep  = 1e-6
+	// dropCandidates bounds the pairs tried by leaving them out in one
+	// step of solveDropping.
+	dropCandidates = 8
+	// verifyRadius is the half-width, px, of the climb box of verify.
+	verifyRadius = 3
 	// remeasureRounds bounds the rounds of re-measurement (a pair that is
 	// re-measured and then dropped again is not re-measured again).
 	remeasureRounds = 3
@@ -92,17 +98,22 @@ func (m *mist) refineGlobal(ctx context.Context, tiles []*raster.Float32, final 
 	for i := range g.roots {
 		g.roots[i] = find(i)
 	}
-	tried := make([]bool, len(m.pairs)) // re-measured once already
+	tried := make([]bool, len(m.pairs))    // re-measured once already (solveDropping)
+	triedOff := make([]bool, len(m.pairs)) // not accepted and climbed once already (remeasure)
 	for round := 0; ; round++ {
-		g.solveDropping()
+		m.solveDropping(tiles, g, tried)
 		if round == remeasureRounds || ctx.Err() != nil {
 			break
 		}
-		got, err := m.remeasure(ctx, tiles, g, tried)
+		moved, err := m.verify(ctx, tiles, g, tried)
 		if err != nil {
 			return nil, err
 		}
-		if got == 0 {
+		got, err := m.remeasure(ctx, tiles, g, triedOff)
+		if err != nil {
+			return nil, err
+		}
+		if moved+got == 0 {
 			break
 		}
 	}
@@ -112,25 +123,58 @@ func (m *mist) refineGlobal(ctx context.Context, tiles []*raster.Float32, final 
 	return g, nil
 }
 
-// solveDropping runs the robust solve, then drops the accepted pair with
-// the largest residual above GlobalTol (never one whose removal would
-// disconnect its tiles) and solves again, until no accepted pair is above
-// GlobalTol.
-func (g *globalSolve) solveDropping() {
-	for {
+// solveDropping runs the robust solve and, while an accepted pair's
+// residual exceeds GlobalTol, resolves the worst disagreement: of the (at
+// most dropCandidates) accepted pairs above GlobalTol whose removal keeps
+// the graph connected, each is left out in turn, the rest solved, and the
+// pair climbed on NCC from its new relative offset (climbNear); a pair
+// with a local maximum there, within 2·GlobalTol of that offset (the
+// other pairs' errors still move it a little) and more than GlobalTol from
+// its translation, was measured at a wrong peak, and the one with the
+// highest NCC there gets that translation (Remeasured, once per pair; the
+// next solve holds it to GlobalTol like any other). When no candidate has
+// one, the candidate with the largest residual is dropped (Outlier). The
+// re-measurement is what tells the wrong pair of a loop from the right
+// ones when the residuals cannot: in a loop of four pairs, one of them
+// wrong, any three agree, and the NCC the translator reported for a
+// wrong peak may be as high as the true one's.
+func (m *mist) solveDropping(tiles []*raster.Float32, g *globalSolve, tried []bool) {
+	for range 2*len(g.pairs) + 1 {
 		g.solve()
-		worst, at := GlobalTol, -1
+		var cands []int
 		for i := range g.pairs {
-			if g.accepted[i] {
-				if r := g.residual(i); r > worst && !g.bridge(i) {
-					worst, at = r, i
-				}
+			if g.accepted[i] && g.residual(i) > GlobalTol && !g.bridge(i) {
+				cands = append(cands, i)
 			}
 		}
-		if at < 0 {
+		if len(cands) == 0 {
 			return
 		}
-		g.accepted[at], g.outlier[at] = false, true
+		slices.SortStableFunc(cands, func(a, b int) int { return cmp.Compare(g.residual(b), g.residual(a)) })
+		cands = cands[:min(len(cands), dropCandidates)]
+		best, bestT := -1, Translation{}
+		saved := slices.Clone(g.pos)
+		for _, c := range cands {
+			if tried[c] {
+				continue
+			}
+			g.accepted[c] = false
+			g.solve()
+			pr := g.pairs[c]
+			oy, ox := g.pos[pr.B].Y-g.pos[pr.A].Y, g.pos[pr.B].X-g.pos[pr.A].X
+			t, ok := m.climbNear(tiles, c, oy, ox, int(math.Ceil(GlobalTol))+1)
+			if ok && math.Hypot(t.DY-oy, t.DX-ox) <= 2*GlobalTol && math.Hypot(t.DY-g.t[c].DY, t.DX-g.t[c].DX) > GlobalTol &&
+				(best < 0 || t.NCC > bestT.NCC) {
+				best, bestT = c, t
+			}
+			g.accepted[c] = true
+			copy(g.pos, saved)
+		}
+		if best >= 0 {
+			g.t[best], g.remeasured[best], tried[best] = bestT, true, true
+			continue
+		}
+		g.accepted[cands[0]], g.outlier[cands[0]] = false, true
 	}
 }
 
@@ -334,6 +378,53 @@ func conjugateGradient(apply func(dst, x []float64), diag []float64, fixed []boo
 			p[k] = z[k] + beta*p[k]
 		}
 	}
+}
+
+// verify climbs the NCC of every accepted pair (not re-measured before)
+// from its relative offset at the solved positions, within ±verifyRadius
+// px; when that local maximum lies more than GlobalTol from the pair's
+// translation and its NCC is higher than the NCC of the overlap at the
+// translation (scored again on the tiles, not taken from the
+// translator), the translation was not the optimum of its overlap (a
+// wrong peak whose error the solve spread over a long loop, each pair's
+// share below GlobalTol) and the local maximum replaces it (Remeasured).
+// A correct pair climbs back to its own translation, or, from an offset
+// moved by another pair's error, to a lower maximum, and keeps it. It
+// returns how many were replaced.
+func (m *mist) verify(ctx context.Context, tiles []*raster.Float32, g *globalSolve, tried []bool) (int, error) {
+	var todo []int
+	for i := range m.pairs {
+		if g.accepted[i] && !tried[i] {
+			todo = append(todo, i)
+		}
+	}
+	found := make([]*Translation, len(todo))
+	err := par.ForEach(ctx, len(todo), runtime.GOMAXPROCS(0), func(k int) error {
+		i := todo[k]
+		pr := m.pairs[i]
+		oy := g.pos[pr.B].Y - g.pos[pr.A].Y
+		ox := g.pos[pr.B].X - g.pos[pr.A].X
+		t, ok := m.climbNear(tiles, i, oy, ox, verifyRadius)
+		if !ok || math.Hypot(t.DY-g.t[i].DY, t.DX-g.t[i].DX) <= GlobalTol {
+			return nil
+		}
+		if t.NCC > NCC(tiles[pr.A], tiles[pr.B], int(math.Round(g.t[i].DY)), int(math.Round(g.t[i].DX))) {
+			found[k] = &t
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("align: global refinement: verify: %w", err)
+	}
+	got := 0
+	for k, t := range found {
+		if t != nil {
+			i := todo[k]
+			g.t[i], g.remeasured[i], tried[i] = *t, true, true
+			got++
+		}
+	}
+	return got, nil
 }
 
 // remeasure climbs the NCC of every pair that is not accepted (and not
