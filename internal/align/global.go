@@ -480,15 +480,8 @@ func (m *mist) climbNear(tiles []*raster.Float32, i int, oy, ox float64, radius 
 		return Translation{}, false
 	}
 	y, x, v := s.climb(y0, x0, v, bx)
-	if y == bx.y0 || y == bx.y1 || x == bx.x0 || x == bx.x1 || !(v > m.thr) {
+	if y == bx.y0 || y == bx.y1 || x == bx.x0 || x == bx.x1 {
 		return Translation{}, false
 	}
-	if !(TextureNCC(tiles[pr.A], tiles[pr.B], y, x) > TextureMin) {
-		return Translation{}, false
-	}
-	t := Translation{DY: float64(y), DX: float64(x), NCC: v}
-	if m.p.Subpixel {
-		t.DY, t.DX = s.subpixel(y, x)
-	}
-	return t, true
+	return m.measurement(tiles, pr, s, y, x, v)
 }

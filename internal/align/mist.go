@@ -611,7 +611,17 @@ func (m *mist) refine(tiles []*raster.Float32, i int, est Translation) (Translat
 			y, x, v, found = cy, cx, cv, true
 		}
 	}
-	if !found || !(v > m.thr) {
+	if !found {
+		return Translation{}, false
+	}
+	return m.measurement(tiles, pr, s, y, x, v)
+}
+
+// measurement turns the NCC local maximum (y, x) of pair pr, NCC v, into a
+// translation (sub-pixel with Params.Subpixel) when v exceeds the threshold
+// and the overlap is textured there; otherwise there is no measurement.
+func (m *mist) measurement(tiles []*raster.Float32, pr Pair, s *scorer, y, x int, v float64) (Translation, bool) {
+	if !(v > m.thr) {
 		// no local maximum above the threshold: no measurement, keep the model
 		return Translation{}, false
 	}
