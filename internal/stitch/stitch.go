@@ -466,7 +466,7 @@ func count(v []bool) int {
 	}
 	return n
 }
-func f2(v float64) string       { return fmt.Sprintf("%.2f", v) }
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
 
 // sentinel lines in the original's key=value form.
 func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings, refits, fallbacks int) error {
