@@ -77,26 +77,13 @@ func (m *mist) refineGlobal(ctx context.Context, tiles []*raster.Float32, final 
 		}
 	}
 	// component roots in the tree: the lowest tile index, as place uses
-	g.roots = make([]int, n)
-	parent := make([]int, n)
-	for i := range parent {
-		parent[i] = i
-	}
-	find := func(i int) int {
-		for parent[i] != i {
-			parent[i] = parent[parent[i]]
-			i = parent[i]
-		}
-		return i
-	}
+	f := newForest(n)
 	for _, i := range tree {
-		a, b := find(m.pairs[i].A), find(m.pairs[i].B)
-		if a != b {
-			parent[max(a, b)] = min(a, b)
-		}
+		f.union(m.pairs[i].A, m.pairs[i].B)
 	}
+	g.roots = make([]int, n)
 	for i := range g.roots {
-		g.roots[i] = find(i)
+		g.roots[i] = f.find(i)
 	}
 	tried := make([]bool, len(m.pairs))    // re-measured once already (solveDropping)
 	triedOff := make([]bool, len(m.pairs)) // not accepted and climbed once already (remeasure)
@@ -398,20 +385,10 @@ func (m *mist) verify(ctx context.Context, tiles []*raster.Float32, g *globalSol
 			todo = append(todo, i)
 		}
 	}
-	found := make([]*Translation, len(todo))
-	err := par.ForEach(ctx, len(todo), runtime.GOMAXPROCS(0), func(k int) error {
-		i := todo[k]
+	found, err := m.climbAll(ctx, tiles, g, todo, verifyRadius, func(i int, t Translation, _, _ float64) bool {
 		pr := m.pairs[i]
-		oy := g.pos[pr.B].Y - g.pos[pr.A].Y
-		ox := g.pos[pr.B].X - g.pos[pr.A].X
-		t, ok := m.climbNear(tiles, i, oy, ox, verifyRadius)
-		if !ok || math.Hypot(t.DY-g.t[i].DY, t.DX-g.t[i].DX) <= GlobalTol {
-			return nil
-		}
-		if t.NCC > NCC(tiles[pr.A], tiles[pr.B], int(math.Round(g.t[i].DY)), int(math.Round(g.t[i].DX))) {
-			found[k] = &t
-		}
-		return nil
+		return math.Hypot(t.DY-g.t[i].DY, t.DX-g.t[i].DX) > GlobalTol &&
+			t.NCC > NCC(tiles[pr.A], tiles[pr.B], int(math.Round(g.t[i].DY)), int(math.Round(g.t[i].DX)))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("align: global refinement: verify: %w", err)
@@ -441,16 +418,8 @@ func (m *mist) remeasure(ctx context.Context, tiles []*raster.Float32, g *global
 			tried[i] = true
 		}
 	}
-	found := make([]*Translation, len(todo))
-	err := par.ForEach(ctx, len(todo), runtime.GOMAXPROCS(0), func(k int) error {
-		i := todo[k]
-		pr := m.pairs[i]
-		oy := g.pos[pr.B].Y - g.pos[pr.A].Y
-		ox := g.pos[pr.B].X - g.pos[pr.A].X
-		if t, ok := m.climbNear(tiles, i, oy, ox, int(math.Ceil(GlobalTol))+1); ok && math.Hypot(t.DY-oy, t.DX-ox) <= GlobalTol {
-			found[k] = &t
-		}
-		return nil
+	found, err := m.climbAll(ctx, tiles, g, todo, int(math.Ceil(GlobalTol))+1, func(_ int, t Translation, oy, ox float64) bool {
+		return math.Hypot(t.DY-oy, t.DX-ox) <= GlobalTol
 	})
 	if err != nil {
 		return 0, fmt.Errorf("align: global refinement: re-measure: %w", err)
@@ -464,6 +433,26 @@ func (m *mist) remeasure(ctx context.Context, tiles []*raster.Float32, g *global
 		}
 	}
 	return got, nil
+}
+
+// climbAll runs climbNear for the pairs todo, in parallel, from their
+// relative offsets at the solved positions, and returns per entry of todo
+// the local maximum found when keep(pair, it, offset y, offset x) holds,
+// else nil.
+func (m *mist) climbAll(ctx context.Context, tiles []*raster.Float32, g *globalSolve, todo []int, radius int,
+	keep func(i int, t Translation, oy, ox float64) bool) ([]*Translation, error) {
+	found := make([]*Translation, len(todo))
+	err := par.ForEach(ctx, len(todo), runtime.GOMAXPROCS(0), func(k int) error {
+		i := todo[k]
+		pr := m.pairs[i]
+		oy := g.pos[pr.B].Y - g.pos[pr.A].Y
+		ox := g.pos[pr.B].X - g.pos[pr.A].X
+		if t, ok := m.climbNear(tiles, i, oy, ox, radius); ok && keep(i, t, oy, ox) {
+			found[k] = &t
+		}
+		return nil
+	})
+	return found, err
 }
 
 // climbNear hill-climbs pair i's NCC from the integer translation nearest

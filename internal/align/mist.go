@@ -655,28 +655,46 @@ func spanningTree(n int, pairs []Pair, t []Translation, valid []bool) []int {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(wt(b), wt(a)) })
-	parent := make([]int, n)
-	for i := range parent {
-		parent[i] = i
-	}
-	var find func(int) int
-	find = func(i int) int {
-		for parent[i] != i {
-			parent[i] = parent[parent[i]]
-			i = parent[i]
-		}
-		return i
-	}
+	f := newForest(n)
 	var tree []int
 	for _, i := range order {
-		a, b := find(pairs[i].A), find(pairs[i].B)
-		if a != b {
-			parent[a] = b
+		if f.union(pairs[i].A, pairs[i].B) {
 			tree = append(tree, i)
 		}
 	}
 	slices.Sort(tree)
 	return tree
+}
+
+// forest is a union-find over tiles: each tile's parent, a root its own.
+type forest []int
+
+func newForest(n int) forest {
+	f := make(forest, n)
+	for i := range f {
+		f[i] = i
+	}
+	return f
+}
+
+// find returns the root of i's component: its lowest tile.
+func (f forest) find(i int) int {
+	for f[i] != i {
+		f[i] = f[f[i]]
+		i = f[i]
+	}
+	return i
+}
+
+// union joins the components of a and b and reports whether they were
+// apart.
+func (f forest) union(a, b int) bool {
+	ra, rb := f.find(a), f.find(b)
+	if ra == rb {
+		return false
+	}
+	f[max(ra, rb)] = min(ra, rb)
+	return true
 }
 
 // place computes tile positions by traversing the tree from tile 0 (and,
