@@ -58,6 +58,9 @@ type globalSolve struct {
 	remeasured []bool        // re-measured at the solved positions and accepted
 	roots      []int         // per tile, the root of its component in the tree
 	pos        []raster.Point
+	// scorers memoise each pair's NCC over the refinement's climbs (one
+	// goroutine per pair at a time)
+	scorers []*scorer
 }
 
 // refineGlobal is step 10 of Align: weighted robust least squares over the
@@ -69,7 +72,7 @@ func (m *mist) refineGlobal(ctx context.Context, tiles []*raster.Float32, final 
 	g := &globalSolve{
 		n: n, pairs: m.pairs, t: slices.Clone(final), accepted: slices.Clone(accepted),
 		connector: make([]bool, len(m.pairs)), outlier: make([]bool, len(m.pairs)),
-		remeasured: make([]bool, len(m.pairs)), pos: slices.Clone(pos0),
+		remeasured: make([]bool, len(m.pairs)), pos: slices.Clone(pos0), scorers: make([]*scorer, len(m.pairs)),
 	}
 	for _, i := range tree {
 		if !g.accepted[i] {
@@ -149,7 +152,7 @@ func (m *mist) solveDropping(tiles []*raster.Float32, g *globalSolve, tried []bo
 			g.solve()
 			pr := g.pairs[c]
 			oy, ox := g.pos[pr.B].Y-g.pos[pr.A].Y, g.pos[pr.B].X-g.pos[pr.A].X
-			t, ok := m.climbNear(tiles, c, oy, ox, int(math.Ceil(GlobalTol))+1)
+			t, ok := m.climbNear(tiles, g, c, oy, ox, int(math.Ceil(GlobalTol))+1)
 			if ok && math.Hypot(t.DY-oy, t.DX-ox) <= 2*GlobalTol && math.Hypot(t.DY-g.t[c].DY, t.DX-g.t[c].DX) > GlobalTol &&
 				(best < 0 || t.NCC > bestT.NCC) {
 				best, bestT = c, t
@@ -386,9 +389,8 @@ func (m *mist) verify(ctx context.Context, tiles []*raster.Float32, g *globalSol
 		}
 	}
 	found, err := m.climbAll(ctx, tiles, g, todo, verifyRadius, func(i int, t Translation, _, _ float64) bool {
-		pr := m.pairs[i]
 		return math.Hypot(t.DY-g.t[i].DY, t.DX-g.t[i].DX) > GlobalTol &&
-			t.NCC > NCC(tiles[pr.A], tiles[pr.B], int(math.Round(g.t[i].DY)), int(math.Round(g.t[i].DX)))
+			t.NCC > g.scorers[i].ncc(int(math.Round(g.t[i].DY)), int(math.Round(g.t[i].DX)))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("align: global refinement: verify: %w", err)
@@ -447,7 +449,7 @@ func (m *mist) climbAll(ctx context.Context, tiles []*raster.Float32, g *globalS
 		pr := m.pairs[i]
 		oy := g.pos[pr.B].Y - g.pos[pr.A].Y
 		ox := g.pos[pr.B].X - g.pos[pr.A].X
-		if t, ok := m.climbNear(tiles, i, oy, ox, radius); ok && keep(i, t, oy, ox) {
+		if t, ok := m.climbNear(tiles, g, i, oy, ox, radius); ok && keep(i, t, oy, ox) {
 			found[k] = &t
 		}
 		return nil
@@ -459,9 +461,13 @@ func (m *mist) climbAll(ctx context.Context, tiles []*raster.Float32, g *globalS
 // (oy, ox) within ±radius of it and returns the local maximum when it lies
 // inside the box (not on its edge), its NCC exceeds the threshold and the
 // overlap is textured there; sub-pixel with Params.Subpixel.
-func (m *mist) climbNear(tiles []*raster.Float32, i int, oy, ox float64, radius int) (Translation, bool) {
+func (m *mist) climbNear(tiles []*raster.Float32, g *globalSolve, i int, oy, ox float64, radius int) (Translation, bool) {
 	pr := m.pairs[i]
-	s := newScorer(tiles[pr.A], tiles[pr.B], NewPairGeometry(m.h, m.w, pr.Dir, m.p.Overlap))
+	s := g.scorers[i]
+	if s == nil {
+		s = newScorer(tiles[pr.A], tiles[pr.B], NewPairGeometry(m.h, m.w, pr.Dir, m.p.Overlap))
+		g.scorers[i] = s
+	}
 	y0, x0 := int(math.Round(oy)), int(math.Round(ox))
 	bx := &box{y0 - radius, y0 + radius, x0 - radius, x0 + radius}
 	v, ok := s.score(y0, x0)
