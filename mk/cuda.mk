@@ -1,7 +1,8 @@
 # CUDA build of the project, included by the Makefile (-include mk/cuda.mk).
 #
 #   make gpu        build bin/ executables with -tags cuda (cgo, CUDA driver
-#                   API + cuFFT through github.com/mumax/3/cuda)
+#                   API + cuFFT through github.com/mumax/3/cuda): every one of
+#                   CMDS, plus GPU_CMDS (the benchmark, cmd/kintsugi-gpubench)
 #   make gpu-test   go test -tags cuda (GPU conformance suites; needs a GPU)
 #   make gpu-vet    go vet -tags cuda (type-checks tests too) and link every
 #                   package (needs the toolkit's headers and libraries, no GPU)
@@ -22,7 +23,10 @@ NVCC_ON_PATH := $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(or $(CUDA_PATH),$(if $(NVCC_ON_PATH),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC_ON_PATH)))),/usr/local/cuda)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 PTX_ARCH  ?= compute_75
-CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(CUDA_HOME)/targets/x86_64-linux/lib) $(CUDA_HOME)/lib64)
+# The toolkit's library directory: the first that holds cuFFT or the link stubs
+# (lib64 in NVIDIA's layout; lib/x86_64-linux-gnu in Debian's, where
+# nvidia-cuda-dev puts stubs/libcuda.so and stubs/libcufft.so).
+CUDA_LIBDIR := $(firstword $(foreach d,$(addprefix $(CUDA_HOME)/,lib64 lib/x86_64-linux-gnu lib targets/x86_64-linux/lib),$(if $(wildcard $(d)/libcufft.so* $(d)/stubs/libcuda.so),$(d))) $(CUDA_HOME)/lib64)
 
 GPU_ENV := CGO_ENABLED=1 \
 	CGO_CFLAGS="-I$(CURDIR)/cuda/shim -I$(CUDA_HOME)/include -O2" \
@@ -38,19 +42,22 @@ KERNEL_SRC := $(wildcard internal/gpu/kernels/*.cu)
 gpu-check-toolkit:
 	@test -f "$(CUDA_HOME)/include/cuda.h" || { echo "CUDA toolkit not found at CUDA_HOME=$(CUDA_HOME) (module load cuda, or set CUDA_HOME)"; exit 1; }
 
+# Executables built only by the CUDA build (without CUDA they could only say
+# so): the production-size GPU benchmark.
+GPU_CMDS := cmd/kintsugi-gpubench
+
 gpu: gpu-check-toolkit
 	@mkdir -p $(BIN)
-	@for d in $(CMDS); do \
+	@for d in $(CMDS) $(GPU_CMDS); do \
 	  name=$$(basename $$d); case $$d in wrappers/*) name=kintsugi-$$name;; esac; \
 	  [ -d $$d ] || continue; \
 	  echo "go build -tags cuda -o $(BIN)/$$name ./$$d"; \
 	  $(GPU_ENV) $(GO) build -tags cuda -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$name ./$$d || exit 1; \
 	done
-	@$(GPU_ENV) $(GO) build -tags cuda -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kintsugi-gpubench ./internal/gpu/gpubench
 
 gpu-vet: gpu-check-toolkit
 	$(GPU_ENV) $(GO) vet -tags cuda ./...
-	$(GPU_ENV) $(GO) build -tags cuda -o /dev/null ./internal/gpu/gpubench
+	$(GPU_ENV) $(GO) build -tags cuda -o /dev/null ./cmd/kintsugi-gpubench
 	$(GPU_ENV) $(GO) build -tags cuda ./...
 
 gpu-test: gpu-check-toolkit
@@ -69,4 +76,4 @@ ptx: gpu-check-toolkit
 	done
 
 gpu-bench: gpu-check-toolkit
-	$(GPU_ENV) $(GO) run -tags cuda ./internal/gpu/gpubench $(GPU_BENCH_ARGS)
+	$(GPU_ENV) $(GO) run -tags cuda ./cmd/kintsugi-gpubench $(GPU_BENCH_ARGS)
