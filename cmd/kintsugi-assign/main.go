@@ -97,9 +97,9 @@ func plan(c *cli.Context) error {
 	if c.String("config") == "" {
 		return cliutil.Usagef("missing --config (the pipeline's config.yaml)")
 	}
-	cfg, err := config.Load(c.String("config"))
+	cfg, err := cliutil.LoadConfig(c.String("config"))
 	if err != nil {
-		return cliutil.AsUsage(err)
+		return err
 	}
 	live, from := cfg.LiveAccounts, "config live_accounts"
 	switch s := c.String("live-accounts"); {
