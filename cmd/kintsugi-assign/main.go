@@ -6,12 +6,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/user"
 	"strings"
 	"time"
 
@@ -148,16 +146,9 @@ func discover(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	name := c.String("user")
-	if name == "" {
-		name = os.Getenv("USER")
-	}
-	if name == "" {
-		u, err := user.Current()
-		if err != nil {
-			return cliutil.Usagef("no user: pass --user (%v)", err)
-		}
-		name = u.Username
+	name, err := assign.UserName(c.String("user"))
+	if err != nil {
+		return cliutil.AsUsage(err)
 	}
 	d, err := assign.Discover(c.Context, runner, name, c.String("cluster"))
 	if err != nil {
@@ -168,7 +159,7 @@ func discover(c *cli.Context) error {
 	}
 	pg, pc := c.String("partition-gpu"), c.String("partition-cpu")
 	if pg == "" || pc == "" {
-		sg, sc, err := sinfoPartitions(c.Context)
+		sg, sc, err := assign.DiscoverPartitions(c.Context, runner)
 		if err != nil {
 			return fmt.Errorf("%w (or pass --partition-gpu and --partition-cpu)", err)
 		}
@@ -189,13 +180,4 @@ func discover(c *cli.Context) error {
 	}
 	fmt.Print(d.YAML(pg, pc, time.Now()))
 	return nil
-}
-
-func sinfoPartitions(ctx context.Context) (gpu, cpu string, err error) {
-	out, err := runner(ctx, "sinfo", "--noheader", "--format=%P|%G")
-	if err != nil {
-		return "", "", err
-	}
-	gpu, cpu = assign.Partitions(out)
-	return gpu, cpu, nil
 }

@@ -210,3 +210,29 @@ func (c *Config) resolveChannelNames() Errors {
 	c.Renamed = renamed
 	return errs
 }
+
+// NameReport is what `kintsugi-config check` prints (the Snakefile reads it):
+// the resolved names of every cycle of channel_names in config order, the
+// EDF file name of every channel (config order) of every cycle of cycles,
+// and every rename. Renamed is [] (not null) when nothing changed.
+type NameReport struct {
+	ChannelNames map[string][]string `json:"channel_names"`
+	EDFFiles     map[string][]string `json:"edf_files"`
+	Renamed      []Rename            `json:"renamed"`
+}
+
+// Names returns the config's NameReport.
+func (c *Config) Names() NameReport {
+	r := NameReport{ChannelNames: map[string][]string{}, EDFFiles: map[string][]string{}, Renamed: append([]Rename{}, c.Renamed...)}
+	for k, ns := range c.ChannelNames {
+		r.ChannelNames[k] = append([]string{}, ns...)
+	}
+	for _, cy := range c.Cycles {
+		files := make([]string, 0, len(c.Channels))
+		for _, ch := range c.Channels {
+			files = append(files, c.EDFFileName(cy, ch))
+		}
+		r.EDFFiles[strconv.Itoa(cy)] = files
+	}
+	return r
+}
