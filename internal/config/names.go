@@ -104,11 +104,7 @@ func UniqueNames(names map[int][]string, dapiAlways bool) (map[int][]string, []R
 			count[nameKey(n)]++
 		}
 	}
-	cycles := make([]int, 0, len(names))
-	for c := range names {
-		cycles = append(cycles, c)
-	}
-	sort.Ints(cycles)
+	cycles := sortedCycles(names)
 	out := make(map[int][]string, len(names))
 	var renamed []Rename
 	for _, c := range cycles {
@@ -184,31 +180,60 @@ func (c *Config) resolveChannelNames() Errors {
 		return errs
 	}
 	resolved, renamed := UniqueNames(byCycle, false)
-	type at struct{ cycle, i int }
-	seen := map[string]at{}
-	cycles := make([]int, 0, len(resolved))
-	for cy := range resolved {
-		cycles = append(cycles, cy)
-	}
-	sort.Ints(cycles)
-	for _, cy := range cycles {
+	for _, cy := range sortedCycles(resolved) {
 		k := strconv.Itoa(cy)
 		for i, name := range resolved[cy] {
 			if err := CheckFileName(name); err != nil {
 				add(k, i, "channel %d of cycle %d: %v", i+1, cy, err)
 			}
+		}
+		c.ChannelNames[k] = resolved[cy]
+	}
+	for _, d := range FindDuplicates(resolved) {
+		add(strconv.Itoa(d.Cycle), d.Index, "channel %d of cycle %d is named %q after the duplicate rule, as channel_names.%d[%d] (%q): %s",
+			d.Index+1, d.Cycle, resolved[d.Cycle][d.Index], d.FirstCycle, d.FirstIndex, resolved[d.FirstCycle][d.FirstIndex], UniqueHint)
+	}
+	c.Renamed = renamed
+	return errs
+}
+
+// UniqueHint says what FindDuplicates compares.
+const UniqueHint = "rename one (marker names must be unique over all cycles, ignoring case, '/' and ' ' counting as '_')"
+
+// Duplicate is a name equal to an earlier one (FindDuplicates); indices are
+// 0-based channel positions.
+type Duplicate struct {
+	Cycle, Index           int
+	FirstCycle, FirstIndex int
+}
+
+// FindDuplicates lists every name (in cycle, then channel order) that equals
+// an earlier one by FileStem, ignoring case: what the duplicate rule leaves
+// is checked with it.
+func FindDuplicates(names map[int][]string) []Duplicate {
+	type at struct{ cycle, i int }
+	seen := map[string]at{}
+	var out []Duplicate
+	for _, cy := range sortedCycles(names) {
+		for i, name := range names[cy] {
 			key := nameKey(name)
 			if prev, dup := seen[key]; dup {
-				add(k, i, "channel %d of cycle %d is named %q after the duplicate rule, as channel_names.%d[%d] (%q): rename one (marker names must be unique over all cycles, ignoring case, '/' and ' ' counting as '_')",
-					i+1, cy, name, prev.cycle, prev.i, resolved[prev.cycle][prev.i])
+				out = append(out, Duplicate{cy, i, prev.cycle, prev.i})
 				continue
 			}
 			seen[key] = at{cy, i}
 		}
-		c.ChannelNames[k] = resolved[cy]
 	}
-	c.Renamed = renamed
-	return errs
+	return out
+}
+
+func sortedCycles(names map[int][]string) []int {
+	cycles := make([]int, 0, len(names))
+	for c := range names {
+		cycles = append(cycles, c)
+	}
+	sort.Ints(cycles)
+	return cycles
 }
 
 // NameReport is what `kintsugi-config check` prints (the Snakefile reads it):
