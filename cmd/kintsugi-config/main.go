@@ -27,7 +27,7 @@ func newApp() *cli.App {
   kintsugi-config init --project DIR    write a complete config.yaml from DIR/meta/experiment.json,
                                         DIR/meta/CHANNELNAMES.txt and DIR/data/raw/`,
 		nil, nil)
-	app.Commands = []*cli.Command{checkCommand()}
+	app.Commands = []*cli.Command{checkCommand(), initCommand()}
 	return app
 }
 

@@ -166,3 +166,143 @@ func TestCheckRaw(t *testing.T) {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// fixtureProject copies internal/project/testdata/<name> (meta/ only) into a
+// new project directory.
+func fixtureProject(t *testing.T, name string) string {
+	t.Helper()
+	proj := t.TempDir()
+	src := filepath.Join("..", "..", "internal", "project", "testdata", name, "meta")
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatalf("fixture %s: %v", src, err)
+	}
+	os.MkdirAll(filepath.Join(proj, "meta"), 0o755)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(proj, "meta", e.Name()), b, 0o644)
+	}
+	return proj
+}
+
+func TestInit(t *testing.T) {
+	for _, fixture := range []string{"kintsugi", "codex"} {
+		t.Run(fixture, func(t *testing.T) {
+			proj := fixtureProject(t, fixture)
+			args := []string{"init", "--project", proj, "--kintsugi-dir", "/opt/k", "--account", "acct_a:3", "--account", "acct_b:2",
+				"--partition-gpu", "gpu", "--partition-cpu", "cpu", "--resource", "mem_stitch=1500", "--device", "cpu"}
+			code, out, msg := execute(t, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, msg)
+			}
+			cfgPath := filepath.Join(proj, "config.yaml")
+			for _, want := range []string{"channel_names.1", "Blank_1a", "renamed  cycle 1 channel 2: Blank -> Blank_1a", "from experiment.json", "wrote " + cfgPath} {
+				if !strings.Contains(out, want) {
+					t.Errorf("report lacks %q:\n%s", want, out)
+				}
+			}
+			// The written config passes the project's own check, names unchanged.
+			code, js, msg := execute(t, "check", cfgPath)
+			if code != 0 {
+				t.Fatalf("check of the written config: exit %d: %s", code, msg)
+			}
+			var rep struct {
+				ChannelNames map[string][]string `json:"channel_names"`
+				Renamed      []any               `json:"renamed"`
+			}
+			if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Renamed) != 0 || rep.ChannelNames["1"][1] != "Blank_1a" {
+				t.Errorf("check: %v %+v", err, rep)
+			}
+			text, _ := os.ReadFile(cfgPath)
+			for _, want := range []string{"device: cpu", "mem_stitch: 1500", "{name: acct_a, gpu_slots: 3, partition_gpu: gpu, partition_cpu: cpu}", "kintsugi_dir: /opt/k"} {
+				if !strings.Contains(string(text), want) {
+					t.Errorf("config lacks %q", want)
+				}
+			}
+			// No overwrite without --force; with it, the file is replaced.
+			os.WriteFile(cfgPath, []byte("mine\n"), 0o644)
+			code, _, msg = execute(t, args...)
+			if b, _ := os.ReadFile(cfgPath); code != cliutil.ExitUsage || !strings.Contains(msg, "--force") || string(b) != "mine\n" {
+				t.Errorf("existing file: exit %d (%s), content %q; want exit 2 and the file kept", code, msg, b)
+			}
+			if code, _, msg = execute(t, append(args, "--force")...); code != 0 {
+				t.Fatalf("--force: exit %d: %s", code, msg)
+			}
+			if b, _ := os.ReadFile(cfgPath); !strings.Contains(string(b), "channel_names:") {
+				t.Error("--force did not replace the file")
+			}
+		})
+	}
+}
+
+func TestInitAccountsFromSLURM(t *testing.T) {
+	old := runner
+	t.Cleanup(func() { runner = old })
+	runner = func(_ context.Context, name string, args ...string) ([]byte, error) {
+		key := name + " " + strings.Join(args, " ")
+		for prefix, f := range map[string]string{
+			"sinfo": "sinfo_local.txt",
+			"sacctmgr -n -P show associations user=root":  "assoc_user_local.txt",
+			"sacctmgr -n -P show associations cluster=ci": "assoc_accounts_local.txt",
+			"sacctmgr -n -P show qos":                     "qos_local.txt",
+		} {
+			if strings.HasPrefix(key, prefix) {
+				return os.ReadFile(filepath.Join("..", "..", "internal", "assign", "testdata", "slurm", f))
+			}
+		}
+		return nil, os.ErrNotExist
+	}
+	proj := fixtureProject(t, "codex")
+	out := filepath.Join(t.TempDir(), "c.yaml")
+	code, stdout, msg := execute(t, "init", "--project", proj, "--out", out, "--kintsugi-dir", "/k", "--accounts-from-slurm", "--user", "root")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, msg)
+	}
+	text, _ := os.ReadFile(out)
+	for _, want := range []string{"{name: acct_a, gpu_slots: 3, partition_gpu: gpu, partition_cpu: cpu}", "{name: acct_b, gpu_slots: 2, partition_gpu: gpu, partition_cpu: cpu}", "total_gpu_slots: 5"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("config lacks %q:\n%s", want, text)
+		}
+	}
+	if !strings.Contains(stdout, "account acct_a: gpu_slots 3") {
+		t.Errorf("report:\n%s", stdout)
+	}
+}
+
+func TestInitErrors(t *testing.T) {
+	proj := fixtureProject(t, "codex")
+	noExp := t.TempDir()
+	badNames := fixtureProject(t, "codex")
+	os.WriteFile(filepath.Join(badNames, "meta", "CHANNELNAMES.txt"), []byte("1: DAPI, Blank, Blank\n"), 0o644)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no project", []string{"init"}, "--project"},
+		{"no experiment.json", []string{"init", "--project", noExp}, "experiment.json: missing"},
+		{"names per channel", []string{"init", "--project", badNames}, "CHANNELNAMES.txt: line 1: cycle 1 has 3 names, want 4"},
+		{"bad account", []string{"init", "--project", proj, "--account", "acct_a"}, "NAME:GPU_SLOTS"},
+		{"both account sources", []string{"init", "--project", proj, "--account", "a:1", "--accounts-from-slurm"}, "give one"},
+		{"bad resource", []string{"init", "--project", proj, "--resource", "mem_stitch=-1"}, "resources.mem_stitch"},
+		{"unknown resource", []string{"init", "--project", proj, "--resource", "gpus=1"}, "gpus"},
+		{"bad device", []string{"init", "--project", proj, "--device", "tpu"}, "--device"},
+		{"argument", []string{"init", "--project", proj, "extra"}, "unexpected"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, msg := execute(t, append(tc.args, "--kintsugi-dir", "/k")...)
+			if code != cliutil.ExitUsage || !strings.Contains(msg, tc.want) {
+				t.Errorf("exit %d, error %q; want exit 2 naming %q", code, msg, tc.want)
+			}
+			for _, d := range []string{proj, noExp, badNames} {
+				if _, err := os.Stat(filepath.Join(d, "config.yaml")); err == nil {
+					t.Errorf("%s/config.yaml written on error", d)
+				}
+			}
+		})
+	}
+}

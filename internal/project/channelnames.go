@@ -18,11 +18,11 @@ var ChannelNameFiles = []string{"CHANNELNAMES.txt", "channelnames.txt", "channel
 
 // ChannelNames is a CHANNELNAMES file read and made unique.
 type ChannelNames struct {
-	Path  string
-	Form  string                // "one name per line" or "one cycle per line"
-	Raw   map[int][]string      // cycle -> names as written
-	Names map[int][]string      // after the original's duplicate rule (config.UniqueNames, DAPI of cycles > 1 always DAPI_cycNN)
-	Lines map[int][]int         // cycle -> 1-based line of each name
+	Path    string
+	Form    string           // "one name per line" or "one cycle per line"
+	Raw     map[int][]string // cycle -> names as written
+	Names   map[int][]string // after the original's duplicate rule (config.UniqueNames, DAPI of cycles > 1 always DAPI_cycNN)
+	Lines   map[int][]int    // cycle -> 1-based line of each name
 	Renamed []config.Rename
 }
 
