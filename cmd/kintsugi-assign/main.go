@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -116,14 +117,14 @@ func plan(c *cli.Context) error {
 			return err
 		}
 		from = "squeue"
-		lg.Info("live GPU use from squeue (running + pending jobs, all users)", "in_use", inUse)
+		lg.Info("live GPU use from squeue (running + pending jobs, all users)", "in_use", countsText(inUse))
 	}
 	p, err := assign.BuildLive(cfg, live, from)
 	if err != nil {
 		return cliutil.AsUsage(err)
 	}
 	if p.Live != nil {
-		lg.Info("placement", "source", p.Source, "from", p.Live.From, "applied", p.Live.Applied, "no_data", p.Live.NoData, "jobs", p.Jobs)
+		lg.Info("placement", "source", p.Source, "from", p.Live.From, "applied", appliedText(p), "no_data", strings.Join(p.Live.NoData, ", "), "jobs", p.Jobs)
 		free := 0
 		for _, a := range p.Live.Applied {
 			free += a.Avail
@@ -180,4 +181,39 @@ func discover(c *cli.Context) error {
 	}
 	fmt.Print(d.YAML(pg, pc, time.Now()))
 	return nil
+}
+
+// countsText renders a per-account count for a log line: "acct_a 2, acct_b 0"
+// (by name), not Go's map[...] form.
+func countsText(m map[string]int) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, m[n])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// appliedText renders the live availability a plan used for a log line:
+// "acct_a 1 free of 3, acct_b 0 free of 2 (reported -1)" (by name; the
+// reported value where the cap changed it).
+func appliedText(p *assign.Plan) string {
+	names := make([]string, 0, len(p.Live.Applied))
+	for n := range p.Live.Applied {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		a := p.Live.Applied[n]
+		parts[i] = fmt.Sprintf("%s %d free of %d", n, a.Avail, p.Slots[n])
+		if a.Reported != a.Avail {
+			parts[i] += fmt.Sprintf(" (reported %d)", a.Reported)
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -184,3 +184,32 @@ func TestDiscoverOutput(t *testing.T) {
 		t.Errorf("partition flags not used:\n%s", out)
 	}
 }
+
+// Issue 16 point 8: the placement log line names accounts in words, not Go's
+// map[acct_a:{Reported:1 Avail:1}] form.
+func TestLogLinesReadable(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stderr
+	os.Stderr = w
+	done := make(chan string)
+	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
+	oldOut := os.Stdout
+	os.Stdout, _ = os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	err = newApp().RunContext(context.Background(), []string{"kintsugi-assign", "--log-format", "text", "--config", writeConfig(t, cfgText),
+		"--live-accounts", `[{"name":"acct_a","gpu_avail":-2},{"name":"acct_b","gpu_avail":1}]`})
+	w.Close()
+	os.Stderr, os.Stdout = old, oldOut
+	logs := <-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs, "map[") || !strings.Contains(logs, `applied="acct_a 0 free of 3 (reported -2), acct_b 1 free of 2"`) {
+		t.Errorf("placement log line:\n%s", logs)
+	}
+	if got := countsText(map[string]int{"b": 0, "a": 2}); got != "a 2, b 0" {
+		t.Errorf("countsText = %q", got)
+	}
+}
