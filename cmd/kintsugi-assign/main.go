@@ -9,8 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -186,14 +187,9 @@ func discover(c *cli.Context) error {
 // countsText renders a per-account count for a log line: "acct_a 2, acct_b 0"
 // (by name), not Go's map[...] form.
 func countsText(m map[string]int) string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s %d", n, m[n])
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", n, m[n]))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -202,11 +198,7 @@ func countsText(m map[string]int) string {
 // "acct_a 1 free of 3, acct_b 0 free of 2 (reported -1)" (by name; the
 // reported value where the cap changed it).
 func appliedText(p *assign.Plan) string {
-	names := make([]string, 0, len(p.Live.Applied))
-	for n := range p.Live.Applied {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(p.Live.Applied))
 	parts := make([]string, len(names))
 	for i, n := range names {
 		a := p.Live.Applied[n]

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -244,12 +245,7 @@ func report(w io.Writer, p *project.Project, o project.Options) {
 		fmt.Fprintf(w, "  %-29s %-28s from %s\n", r.key, r.value, p.From[r.key])
 	}
 	if p.Names != nil {
-		cycles := make([]int, 0, len(p.Names.Names))
-		for c := range p.Names.Names {
-			cycles = append(cycles, c)
-		}
-		sort.Ints(cycles)
-		for _, c := range cycles {
+		for _, c := range slices.Sorted(maps.Keys(p.Names.Names)) {
 			fmt.Fprintf(w, "  channel_names.%-15d %s\n", c, strings.Join(p.Names.Names[c], ", "))
 		}
 		for _, r := range p.Names.Renamed {
@@ -263,11 +259,7 @@ func report(w io.Writer, p *project.Project, o project.Options) {
 }
 
 func wavelengths(m map[int][2]float64) string {
-	chs := make([]int, 0, len(m))
-	for c := range m {
-		chs = append(chs, c)
-	}
-	sort.Ints(chs)
+	chs := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(chs))
 	for i, c := range chs {
 		parts[i] = fmt.Sprintf("%d:%g/%g", c, m[c][0], m[c][1])

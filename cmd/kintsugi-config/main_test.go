@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,28 +10,21 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 )
 
 // execute runs the app as main would and returns the exit code, stdout and
 // the error text.
 func execute(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stdout
-	os.Stdout = w
-	done := make(chan string)
-	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
-	err = newApp().RunContext(context.Background(), append([]string{"kintsugi-config", "--log-format", "text", "--log-level", "error"}, args...))
-	w.Close()
-	os.Stdout = old
+	out, err := exectest.Stdout(t, func() error {
+		return newApp().RunContext(context.Background(), append([]string{"kintsugi-config", "--log-format", "text", "--log-level", "error"}, args...))
+	})
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
-	return cliutil.ExitCode(err), <-done, msg
+	return cliutil.ExitCode(err), out, msg
 }
 
 func write(t *testing.T, name, text string) string {
@@ -167,38 +159,23 @@ func TestCheckRaw(t *testing.T) {
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
-// fixtureProject copies internal/project/testdata/<name> (meta/ only) into a
-// new project directory.
-func fixtureProject(t *testing.T, name string) string {
-	t.Helper()
-	proj := t.TempDir()
-	src := filepath.Join("..", "..", "internal", "project", "testdata", name, "meta")
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatalf("fixture %s: %v", src, err)
-	}
-	os.MkdirAll(filepath.Join(proj, "meta"), 0o755)
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(filepath.Join(proj, "meta", e.Name()), b, 0o644)
-	}
-	return proj
+// fixture is internal/project/testdata/<name>: a project directory with
+// meta/ only (init reads it and writes nothing there with --out elsewhere).
+func fixture(name string) string {
+	return filepath.Join("..", "..", "internal", "project", "testdata", name)
 }
 
 func TestInit(t *testing.T) {
-	for _, fixture := range []string{"kintsugi", "codex"} {
-		t.Run(fixture, func(t *testing.T) {
-			proj := fixtureProject(t, fixture)
-			args := []string{"init", "--project", proj, "--kintsugi-dir", "/opt/k", "--account", "acct_a:3", "--account", "acct_b:2",
+	for _, name := range []string{"kintsugi", "codex"} {
+		t.Run(name, func(t *testing.T) {
+			proj := fixture(name)
+			cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+			args := []string{"init", "--project", proj, "--out", cfgPath, "--kintsugi-dir", "/opt/k", "--account", "acct_a:3", "--account", "acct_b:2",
 				"--partition-gpu", "gpu", "--partition-cpu", "cpu", "--resource", "mem_stitch=1500", "--device", "cpu"}
 			code, out, msg := execute(t, args...)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, msg)
 			}
-			cfgPath := filepath.Join(proj, "config.yaml")
 			for _, want := range []string{"channel_names.1", "Blank_1a", "renamed  cycle 1 channel 2: Blank -> Blank_1a", "from experiment.json", "wrote " + cfgPath} {
 				if !strings.Contains(out, want) {
 					t.Errorf("report lacks %q:\n%s", want, out)
@@ -255,7 +232,7 @@ func TestInitAccountsFromSLURM(t *testing.T) {
 		}
 		return nil, os.ErrNotExist
 	}
-	proj := fixtureProject(t, "codex")
+	proj := fixture("codex")
 	out := filepath.Join(t.TempDir(), "c.yaml")
 	code, stdout, msg := execute(t, "init", "--project", proj, "--out", out, "--kintsugi-dir", "/k", "--accounts-from-slurm", "--user", "root")
 	if code != 0 {
@@ -273,9 +250,15 @@ func TestInitAccountsFromSLURM(t *testing.T) {
 }
 
 func TestInitErrors(t *testing.T) {
-	proj := fixtureProject(t, "codex")
+	proj := fixture("codex")
 	noExp := t.TempDir()
-	badNames := fixtureProject(t, "codex")
+	badNames := t.TempDir() // the CODEX fixture with three names for four channels
+	os.MkdirAll(filepath.Join(badNames, "meta"), 0o755)
+	exp, err := os.ReadFile(filepath.Join(proj, "meta", "experiment.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(badNames, "meta", "experiment.json"), exp, 0o644)
 	os.WriteFile(filepath.Join(badNames, "meta", "CHANNELNAMES.txt"), []byte("1: DAPI, Blank, Blank\n"), 0o644)
 	cases := []struct {
 		name string
@@ -294,14 +277,14 @@ func TestInitErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, msg := execute(t, append(tc.args, "--kintsugi-dir", "/k")...)
+			out := filepath.Join(t.TempDir(), "c.yaml")
+			args := append(tc.args[:1:1], append([]string{"--out", out, "--kintsugi-dir", "/k"}, tc.args[1:]...)...)
+			code, _, msg := execute(t, args...)
 			if code != cliutil.ExitUsage || !strings.Contains(msg, tc.want) {
 				t.Errorf("exit %d, error %q; want exit 2 naming %q", code, msg, tc.want)
 			}
-			for _, d := range []string{proj, noExp, badNames} {
-				if _, err := os.Stat(filepath.Join(d, "config.yaml")); err == nil {
-					t.Errorf("%s/config.yaml written on error", d)
-				}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%s written on error", out)
 			}
 		})
 	}

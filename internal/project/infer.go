@@ -3,6 +3,7 @@ package project
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -238,7 +239,7 @@ func commonChannels(raw []RawCycle) []int {
 			set[c] = true
 		}
 	}
-	return sortedKeys(set)
+	return slices.Sorted(maps.Keys(set))
 }
 
 func isOneToK(s []int) bool { return slices.Equal(s, oneTo(len(s))) }

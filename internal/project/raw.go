@@ -3,9 +3,11 @@ package project
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -95,15 +97,6 @@ func scanCycle(project, dir string, n int) (RawCycle, error) {
 		c.Files++
 		tiles[tile], zs[z], chs[ch], regions[region] = true, true, true, true
 	}
-	c.Tiles, c.Z, c.Channels, c.Regions = len(tiles), sortedKeys(zs), sortedKeys(chs), sortedKeys(regions)
+	c.Tiles, c.Z, c.Channels, c.Regions = len(tiles), slices.Sorted(maps.Keys(zs)), slices.Sorted(maps.Keys(chs)), slices.Sorted(maps.Keys(regions))
 	return c, nil
-}
-
-func sortedKeys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }

@@ -3,9 +3,9 @@ package project
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -106,12 +106,7 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 		w("channel_names: {}", from("channel_names"))
 	} else {
 		w("channel_names:", from("channel_names"))
-		cycles := make([]int, 0, len(p.Names.Names))
-		for c := range p.Names.Names {
-			cycles = append(cycles, c)
-		}
-		sort.Ints(cycles)
-		for _, c := range cycles {
+		for _, c := range slices.Sorted(maps.Keys(p.Names.Names)) {
 			comment := ""
 			if !slices.Equal(p.Names.Names[c], p.Names.Raw[c]) {
 				comment = "as written: " + strings.Join(p.Names.Raw[c], ", ")
@@ -129,12 +124,7 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 	w("numerical_aperture: "+num(e.NA), from("numerical_aperture"))
 	w("tissue_refractive_index: "+num(e.RefractiveIndex), from("tissue_refractive_index"))
 	w("wavelengths:", "channel -> [excitation, emission] nm; "+from("wavelengths"))
-	chs := make([]int, 0, len(e.Wavelengths))
-	for c := range e.Wavelengths {
-		chs = append(chs, c)
-	}
-	sort.Ints(chs)
-	for _, c := range chs {
+	for _, c := range slices.Sorted(maps.Keys(e.Wavelengths)) {
 		wl := e.Wavelengths[c]
 		w(fmt.Sprintf("  '%d': [%s, %s]", c, num(wl[0]), num(wl[1])), "")
 	}
