@@ -3,6 +3,7 @@ module github.com/kintsugi-hpc/kintsugi-go
 go 1.26.8
 
 require (
+	github.com/klauspost/compress v1.20.4
 	github.com/lmittmann/tint v1.2.1
 	github.com/mumax/3 v0.0.0-20261020084628-54efa12420b2
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3

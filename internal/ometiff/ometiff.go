@@ -3,7 +3,6 @@ package ometiff
 import (
 	"bufio"
 	"bytes"
-	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/klauspost/compress/zlib"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -32,20 +33,32 @@ type Options struct {
 	PixelSizeNM float64 // physical pixel size in nm (x and y); must be > 0
 	TileSize    int     // tile side in px, a multiple of 16 up to MaxTileSize; 0 means 512
 	Workers     int     // goroutines compressing tiles; 0 means 1
+	// Level is the tiles' deflate level: 1 (BestSpeed) to 9
+	// (BestCompression), or HuffmanOnly; 0 means DefaultLevel.
+	Level int
 }
+
+// Deflate levels (Options.Level), as in compress/zlib.
+const (
+	BestSpeed       = zlib.BestSpeed
+	BestCompression = zlib.BestCompression
+	HuffmanOnly     = zlib.HuffmanOnly
+)
+
+// DefaultLevel trades size for speed. The tiles are deflated by
+// github.com/klauspost/compress (stdlib-compatible streams, faster
+// encoders). On synthetic registration planes (BenchmarkWrite, 2 loaded
+// cores, 1 worker) level 1 writes 2.9x the MB/s of compress/zlib's level
+// 1 per cpu-second, the file 0.701 of the raw pyramid (compress/zlib:
+// 0.725); see the README's I/O section for the figures and the command.
+// Level 1 also shrinks runs of background, which Huffman-only cannot.
+const DefaultLevel = BestSpeed
 
 // Tile sizes.
 const (
 	DefaultTileSize = 512
 	MaxTileSize     = 4096
 )
-
-// zlibLevel trades size for speed. On synthetic registration planes
-// (BenchmarkWrite, 2 loaded cores) level 1 (BestSpeed) wrote 107 MB/s and a
-// file 0.725 of the raw pyramid, level 6 18 MB/s and 0.711, Huffman-only
-// 164 MB/s and 0.741; level 1 also shrinks runs of background, which
-// Huffman-only cannot.
-var zlibLevel = zlib.BestSpeed
 
 const (
 	filePerm   = 0o644
@@ -108,6 +121,12 @@ func check(width, height int, channels []Channel, o *Options) error {
 	}
 	if o.Workers < 0 {
 		return fmt.Errorf("workers %d: want >= 0", o.Workers)
+	}
+	if o.Level == 0 {
+		o.Level = DefaultLevel
+	}
+	if o.Level != HuffmanOnly && (o.Level < BestSpeed || o.Level > BestCompression) {
+		return fmt.Errorf("deflate level %d: want %d to %d or %d (Huffman only)", o.Level, BestSpeed, BestCompression, HuffmanOnly)
 	}
 	return nil
 }
@@ -179,7 +198,7 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 				// so that the heap holds one plane, not two.
 				runtime.GC()
 			}
-			err := writeChannel(ctx, bw, &pos, width, height, ch, specs[c*nLevels:(c+1)*nLevels], pyr, o.Workers)
+			err := writeChannel(ctx, bw, &pos, width, height, ch, specs[c*nLevels:(c+1)*nLevels], pyr, o)
 			if err != nil {
 				return fmt.Errorf("channel %d (%q): %w", c, ch.Name, err)
 			}
@@ -206,7 +225,7 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 
 // writeChannel loads one channel, builds its pyramid in pyr[1:] and appends
 // its tiles at *pos, recording their offsets and sizes in levels.
-func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, height int, ch Channel, levels []ifdSpec, pyr []*raster.Gray16, workers int) error {
+func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, height int, ch Channel, levels []ifdSpec, pyr []*raster.Gray16, o Options) error {
 	img, err := ch.Load()
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
@@ -223,7 +242,7 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, heig
 	imgs[0] = img
 	defer func() { imgs[0] = nil }()
 	for k := 1; k < len(levels); k++ {
-		if imgs[k], err = downsample(ctx, imgs[k], imgs[k-1], workers); err != nil {
+		if imgs[k], err = downsample(ctx, imgs[k], imgs[k-1], o.Workers); err != nil {
 			return err
 		}
 	}
@@ -237,7 +256,7 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, heig
 		}
 	}
 	ts := levels[0].tileSize
-	return compressOrdered(ctx, len(tiles), workers, ts*ts*2,
+	return compressOrdered(ctx, len(tiles), o.Workers, o.Level, ts*ts*2,
 		func(i int, e *tileEncoder) {
 			t := tiles[i]
 			e.encode(imgs[t.level], t.x0, t.y0, ts)
@@ -295,11 +314,11 @@ func (e *tileEncoder) encode(img *raster.Gray16, x0, y0, ts int) {
 	e.zw.Close()
 }
 
-// compressOrdered runs encode(i) for i = 0..n-1 on workers goroutines and
-// hands the results to emit in index order, on the calling goroutine; at
-// most 2*workers+1 results are in flight. It returns the first error of
-// emit or ctx.
-func compressOrdered(ctx context.Context, n, workers, rawBytes int, encode func(i int, e *tileEncoder), emit func(i int, data []byte) error) error {
+// compressOrdered runs encode(i) for i = 0..n-1 on workers goroutines, each
+// with a zlib writer of the given (valid) level, and hands the results to
+// emit in index order, on the calling goroutine; at most 2*workers+1
+// results are in flight. It returns the first error of emit or ctx.
+func compressOrdered(ctx context.Context, n, workers, level, rawBytes int, encode func(i int, e *tileEncoder), emit func(i int, data []byte) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	window := 2*workers + 1
@@ -333,7 +352,7 @@ func compressOrdered(ctx context.Context, n, workers, rawBytes int, encode func(
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			zw, _ := zlib.NewWriterLevel(io.Discard, zlibLevel) // the level is valid
+			zw, _ := zlib.NewWriterLevel(io.Discard, level) // check validated the level
 			e := &tileEncoder{raw: make([]byte, rawBytes), zw: zw}
 			for i := range jobs {
 				e.out = <-free // never blocks: window+workers buffers for window results

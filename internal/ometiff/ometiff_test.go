@@ -482,6 +482,8 @@ func TestBadArguments(t *testing.T) {
 		{fixW, fixH, ok, Options{PixelSizeNM: -3}, "pixel size"},
 		{fixW, fixH, ok, Options{PixelSizeNM: 1, TileSize: 500}, "tile size 500"},
 		{fixW, fixH, ok, Options{PixelSizeNM: 1, Workers: -1}, "workers"},
+		{fixW, fixH, ok, Options{PixelSizeNM: 1, Level: 10}, "deflate level 10"},
+		{fixW, fixH, ok, Options{PixelSizeNM: 1, Level: -1}, "deflate level -1"},
 	} {
 		err := Write(context.Background(), path, c.w, c.h, c.ch, c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -490,6 +492,52 @@ func TestBadArguments(t *testing.T) {
 	}
 	if es := entries(t, dir); len(es) != 0 {
 		t.Errorf("left behind: %v", es)
+	}
+}
+
+// TestLevels: every deflate level reads back to the same pixels, the
+// default is level 1, and the level changes the file (Huffman-only, which
+// finds no matches, gives the largest; level 9 no larger than level 1).
+func TestLevels(t *testing.T) {
+	const w, h = 1100, 700
+	rng := rand.New(rand.NewPCG(5, 5))
+	plane := randPlane(rng, w, h)
+	for i := range plane.Pix[:w*200] { // a flat band, as background is
+		plane.Pix[i] = 100
+	}
+	ch := []Channel{{Name: "a", Load: func() (*raster.Gray16, error) { return plane, nil }}}
+	dir := t.TempDir()
+	size := map[int]int64{}
+	files := map[int][]byte{}
+	for _, level := range []int{0, HuffmanOnly, BestSpeed, BestCompression} {
+		path := filepath.Join(dir, strconv.Itoa(level), "l.ome.tif") // one name: it is in the metadata
+		if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := Write(context.Background(), path, w, h, ch, Options{PixelSizeNM: 500, TileSize: 256, Level: level, Workers: 2}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[level], size[level] = b, int64(len(b))
+		got, err := tiffio.ReadGray16(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samePlane(t, "level "+strconv.Itoa(level), got, plane)
+		subs, err := tiffio.ReadGray16SubIFDs(path, 0)
+		if err != nil || len(subs) != 1 {
+			t.Fatalf("level %d: %d sub-levels, %v", level, len(subs), err)
+		}
+		samePlane(t, "level "+strconv.Itoa(level)+" sub-level", subs[0], Downsample(plane))
+	}
+	if !bytes.Equal(files[0], files[BestSpeed]) {
+		t.Error("level 0 (default) and level 1 wrote different files")
+	}
+	if !(size[HuffmanOnly] > size[BestSpeed] && size[BestCompression] <= size[BestSpeed]) {
+		t.Errorf("file sizes by level %v: want Huffman-only > level 1 >= level 9", size)
 	}
 }
 
