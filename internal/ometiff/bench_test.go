@@ -18,8 +18,8 @@ import (
 // nuclei on autofluorescence with noise) of 3000 x 4000 px and prints the
 // throughput (uncompressed full-resolution bytes per second of wall time
 // and per cpu-second of the process) and the file size relative to the raw
-// pyramid, for deflate Huffman-only, level 1 (DefaultLevel) and level 6,
-// each at 1, 2 and 4 workers. The write includes the temp file's fsync.
+// pyramid, for deflate levels Adaptive (0, the default), Huffman-only (-2),
+// 1 and 6, each at 1, 2 and 4 workers. The write includes the temp file's fsync.
 func BenchmarkWrite(b *testing.B) {
 	const w, h = 3000, 4000
 	scene, err := synth.NewRegScene(synth.RegOptions{H: h, W: w, Channels: 4, Seed: 1, Workers: runtime.NumCPU()})
@@ -39,7 +39,7 @@ func BenchmarkWrite(b *testing.B) {
 		raw += 2 * sz[0] * sz[1] * len(planes)
 	}
 	path := filepath.Join(b.TempDir(), "bench.ome.tif")
-	for _, level := range []int{HuffmanOnly, BestSpeed, 6} {
+	for _, level := range []int{Adaptive, HuffmanOnly, BestSpeed, 6} {
 		for _, workers := range []int{1, 2, 4} {
 			b.Run(fmt.Sprintf("zlib%d/workers%d", level, workers), func(b *testing.B) {
 				var el, cpu time.Duration

@@ -33,26 +33,28 @@ type Options struct {
 	PixelSizeNM float64 // physical pixel size in nm (x and y); must be > 0
 	TileSize    int     // tile side in px, a multiple of 16 up to MaxTileSize; 0 means 512
 	Workers     int     // goroutines compressing tiles; 0 means 1
-	// Level is the tiles' deflate level: 1 (BestSpeed) to 9
-	// (BestCompression), or HuffmanOnly; 0 means DefaultLevel.
+	// Level is the tiles' deflate level: Adaptive (0, the default), 1
+	// (BestSpeed) to 9 (BestCompression), or HuffmanOnly.
 	Level int
 }
 
-// Deflate levels (Options.Level), as in compress/zlib.
+// Deflate levels (Options.Level): those of compress/zlib, and Adaptive.
+// The tiles are deflated by github.com/klauspost/compress (zlib streams as
+// compress/zlib writes them, faster encoders, other bytes).
 const (
+	// Adaptive deflates each tile Huffman-only and, where that shrinks it
+	// below a quarter of its raw bytes (runs of background, which Huffman
+	// coding cannot take below an eighth), also at level 1, keeping the
+	// smaller stream. On predicted 16-bit microscopy noise, LZ matches are
+	// short and rare: on synthetic registration tiles (BenchmarkWrite)
+	// Huffman-only gives files as small as compress/zlib's level 1 at
+	// several times its speed, while this package's levels 1 to 6 give
+	// larger ones (see the README's I/O section for the figures).
+	Adaptive        = 0
 	BestSpeed       = zlib.BestSpeed
 	BestCompression = zlib.BestCompression
 	HuffmanOnly     = zlib.HuffmanOnly
 )
-
-// DefaultLevel trades size for speed. The tiles are deflated by
-// github.com/klauspost/compress (stdlib-compatible streams, faster
-// encoders). On synthetic registration planes (BenchmarkWrite, 2 loaded
-// cores, 1 worker) level 1 writes 2.9x the MB/s of compress/zlib's level
-// 1 per cpu-second, the file 0.701 of the raw pyramid (compress/zlib:
-// 0.725); see the README's I/O section for the figures and the command.
-// Level 1 also shrinks runs of background, which Huffman-only cannot.
-const DefaultLevel = BestSpeed
 
 // Tile sizes.
 const (
@@ -80,8 +82,8 @@ func Write(ctx context.Context, path string, width, height int, channels []Chann
 // reduced levels, bytes, for tiles of tileSize px (0: DefaultTileSize) and
 // workers goroutines: the 2·workers+1 compressed tiles in flight and the
 // workers' output buffers (a deflated tile may exceed its raw bytes by a
-// little), each worker's raw tile and zlib state (about 1 MiB), and the
-// write buffer.
+// little), each worker's raw tile, its two zlib states (about 1 MiB each)
+// and Adaptive's second output buffer, and the write buffer.
 func WriterMemory(tileSize, workers int) int64 {
 	if tileSize <= 0 {
 		tileSize = DefaultTileSize
@@ -89,7 +91,8 @@ func WriterMemory(tileSize, workers int) int64 {
 	workers = max(1, workers)
 	raw := int64(tileSize) * int64(tileSize) * 2
 	bufs := int64(3*workers + 1)
-	return bufs*(raw+raw/16+1024) + int64(workers)*(raw+1<<20) + bufferSize
+	out := raw + raw/16 + 1024
+	return bufs*out + int64(workers)*(raw+out+2<<20) + bufferSize
 }
 
 func check(width, height int, channels []Channel, o *Options) error {
@@ -122,11 +125,8 @@ func check(width, height int, channels []Channel, o *Options) error {
 	if o.Workers < 0 {
 		return fmt.Errorf("workers %d: want >= 0", o.Workers)
 	}
-	if o.Level == 0 {
-		o.Level = DefaultLevel
-	}
-	if o.Level != HuffmanOnly && (o.Level < BestSpeed || o.Level > BestCompression) {
-		return fmt.Errorf("deflate level %d: want %d to %d or %d (Huffman only)", o.Level, BestSpeed, BestCompression, HuffmanOnly)
+	if o.Level != Adaptive && o.Level != HuffmanOnly && (o.Level < BestSpeed || o.Level > BestCompression) {
+		return fmt.Errorf("deflate level %d: want %d (adaptive), %d to %d or %d (Huffman only)", o.Level, Adaptive, BestSpeed, BestCompression, HuffmanOnly)
 	}
 	return nil
 }
@@ -273,18 +273,59 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, heig
 		})
 }
 
-// tileEncoder is one worker's scratch: the raw tile, the zlib writer and
-// the output buffer.
+// tileEncoder is one worker's scratch: the raw tile, the zlib writer of the
+// level and the output buffer; for Adaptive, the level-1 writer and its
+// output buffer, made on first use.
 type tileEncoder struct {
-	raw []byte
-	zw  *zlib.Writer
-	out *bytes.Buffer
+	raw      []byte
+	level    int
+	zw       *zlib.Writer
+	out      *bytes.Buffer
+	lz       *zlib.Writer
+	lzOut    *bytes.Buffer
+	lzChosen int // tiles for which Adaptive kept level 1
+}
+
+func newTileEncoder(level, rawBytes int) *tileEncoder {
+	zl := level
+	if level == Adaptive {
+		zl = HuffmanOnly
+	}
+	zw, _ := zlib.NewWriterLevel(io.Discard, zl) // check validated the level
+	return &tileEncoder{raw: make([]byte, rawBytes), level: level, zw: zw}
 }
 
 // encode compresses the ts x ts tile of img at (y0, x0) into e.out: rows
-// horizontally differenced (TIFF predictor 2 on uint16, little-endian),
-// the part outside img zero before differencing, then zlib.
+// horizontally differenced (predict), then zlib at e's level.
 func (e *tileEncoder) encode(img *raster.Gray16, x0, y0, ts int) {
+	e.predict(img, x0, y0, ts)
+	deflate(e.zw, e.out, e.raw)
+	if e.level != Adaptive || 4*e.out.Len() >= len(e.raw) {
+		return
+	}
+	if e.lz == nil {
+		e.lz, _ = zlib.NewWriterLevel(io.Discard, BestSpeed)
+		e.lzOut = new(bytes.Buffer)
+	}
+	deflate(e.lz, e.lzOut, e.raw)
+	if e.lzOut.Len() < e.out.Len() {
+		e.out, e.lzOut = e.lzOut, e.out
+		e.lzChosen++
+	}
+}
+
+// deflate writes raw to out as one zlib stream through zw.
+func deflate(zw *zlib.Writer, out *bytes.Buffer, raw []byte) {
+	out.Reset()
+	zw.Reset(out)
+	zw.Write(raw) // writes to a bytes.Buffer cannot fail
+	zw.Close()
+}
+
+// predict fills e.raw with the ts x ts tile of img at (y0, x0), rows
+// horizontally differenced (TIFF predictor 2 on uint16, little-endian), the
+// part outside img zero before differencing.
+func (e *tileEncoder) predict(img *raster.Gray16, x0, y0, ts int) {
 	cols := min(ts, img.W-x0)
 	for r := range ts {
 		row := e.raw[2*r*ts : 2*(r+1)*ts]
@@ -308,10 +349,6 @@ func (e *tileEncoder) encode(img *raster.Gray16, x0, y0, ts int) {
 			clear(row[2*cols+2:])
 		}
 	}
-	e.out.Reset()
-	e.zw.Reset(e.out)
-	e.zw.Write(e.raw) // writes to a bytes.Buffer cannot fail
-	e.zw.Close()
 }
 
 // compressOrdered runs encode(i) for i = 0..n-1 on workers goroutines, each
@@ -352,8 +389,7 @@ func compressOrdered(ctx context.Context, n, workers, level, rawBytes int, encod
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			zw, _ := zlib.NewWriterLevel(io.Discard, level) // check validated the level
-			e := &tileEncoder{raw: make([]byte, rawBytes), zw: zw}
+			e := newTileEncoder(level, rawBytes)
 			for i := range jobs {
 				e.out = <-free // never blocks: window+workers buffers for window results
 				encode(i, e)
