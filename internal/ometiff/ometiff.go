@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/klauspost/compress/zlib"
 
@@ -335,19 +337,49 @@ func (e *tileEncoder) predict(img *raster.Gray16, x0, y0, ts int) {
 			continue
 		}
 		src := img.Pix[y*img.W+x0 : y*img.W+x0+cols]
-		var prev uint16
-		for i, v := range src {
-			d := v - prev
-			prev = v
-			row[2*i] = byte(d)
-			row[2*i+1] = byte(d >> 8)
+		if hostLittleEndian {
+			differenceNative(unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(row))), ts), src)
+		} else {
+			differenceLE(row, src)
 		}
-		if cols < ts {
-			d := -prev // the first zero pad after the image
-			row[2*cols] = byte(d)
-			row[2*cols+1] = byte(d >> 8)
-			clear(row[2*cols+2:])
-		}
+	}
+}
+
+// hostLittleEndian: the host stores uint16 little-endian, as the tiles do,
+// so predict writes the differences as uint16s in place.
+var hostLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// differenceNative writes the horizontal differences of src (then of the
+// zero padding up to len(dst)) to dst in host order: dst[0] = src[0],
+// dst[i] = src[i] - src[i-1]. len(src) must be in 1..len(dst).
+func differenceNative(dst, src []uint16) {
+	dst = dst[:len(dst):len(dst)]
+	_ = dst[len(src)-1]
+	dst[0] = src[0]
+	for i := 1; i < len(src); i++ { // no carried dependency: src[i-1] is loaded
+		dst[i] = src[i] - src[i-1]
+	}
+	if n := len(src); n < len(dst) {
+		dst[n] = -src[n-1] // the first zero pad after the image
+		clear(dst[n+1:])
+	}
+}
+
+// differenceLE is differenceNative writing little-endian bytes (2 per
+// sample, len(row) = 2 x the tile width) on any host.
+func differenceLE(row []byte, src []uint16) {
+	var prev uint16
+	for i, v := range src {
+		d := v - prev
+		prev = v
+		row[2*i] = byte(d)
+		row[2*i+1] = byte(d >> 8)
+	}
+	if cols := len(src); 2*cols < len(row) {
+		d := -prev // the first zero pad after the image
+		row[2*cols] = byte(d)
+		row[2*cols+1] = byte(d >> 8)
+		clear(row[2*cols+2:])
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -587,4 +588,46 @@ func TestOnePlaneAtATime(t *testing.T) {
 		}
 	}
 	t.Logf("heap at each load: %v bytes (plane %d)", heap, plane)
+}
+
+// TestDifferencePaths: the in-place uint16 differencing (little-endian
+// hosts) writes the same bytes as the portable byte loop, for full rows,
+// edge rows of every length (odd ones included) and extreme values.
+func TestDifferencePaths(t *testing.T) {
+	if !hostLittleEndian {
+		t.Fatal("this test host is not little-endian: the native path cannot be compared here")
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	const ts = 64
+	for cols := 1; cols <= ts; cols++ {
+		src := make([]uint16, cols)
+		for i := range src {
+			src[i] = uint16(rng.Uint32())
+			if i%5 == 2 {
+				src[i] = 65535 * uint16(i&1)
+			}
+		}
+		want := make([]byte, 2*ts)
+		for i := range want {
+			want[i] = 0xAB // both paths must overwrite every byte
+		}
+		got := bytes.Clone(want)
+		differenceLE(want, src)
+		differenceNative(unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(got))), ts), src)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%d of %d columns: native %v, portable %v", cols, ts, got, want)
+		}
+		// the portable path itself: decoding the differences gives src, then zeros
+		var acc uint16
+		for i := range ts {
+			acc += binary.LittleEndian.Uint16(want[2*i:])
+			var v uint16 // the zero padding
+			if i < cols {
+				v = src[i]
+			}
+			if acc != v {
+				t.Fatalf("%d columns: sample %d decodes to %d, want %d", cols, i, acc, v)
+			}
+		}
+	}
 }
