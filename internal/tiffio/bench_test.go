@@ -99,3 +99,63 @@ func BenchmarkEncodeGray16(b *testing.B) {
 }
 
 func newDiscardBuffered() *bufio.Writer { return bufio.NewWriterSize(io.Discard, writeBufferBytes) }
+
+// BenchmarkCopyReference is the floor the two benchmarks above are
+// measured against, on the same plane's file and file system: Read is one
+// positioned read of the whole file into a reused buffer (a page-cache
+// copy, as cp's read side); Write is one write of the same bytes to a temp
+// file, fsync and rename (what an atomic write cannot go below).
+func BenchmarkCopyReference(b *testing.B) {
+	g := benchPlane()
+	dir := os.Getenv("TIFFIO_BENCH_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	path := filepath.Join(dir, "bench-plane.tif")
+	defer os.Remove(path)
+	if err := WriteGray16(path, g); err != nil {
+		b.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Read", func(b *testing.B) {
+		fh, err := os.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer fh.Close()
+		buf := make([]byte, len(data))
+		b.SetBytes(int64(len(g.Pix)) * 2)
+		for b.Loop() {
+			if _, err := fh.ReadAt(buf, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Write", func(b *testing.B) {
+		tmp := filepath.Join(dir, "bench-copy.tmp")
+		defer os.Remove(tmp)
+		b.SetBytes(int64(len(g.Pix)) * 2)
+		for b.Loop() {
+			fh, err := os.Create(tmp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := fh.Write(data); err != nil {
+				b.Fatal(err)
+			}
+			if err := fh.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			if err := fh.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Rename(tmp, path+".copy"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		os.Remove(path + ".copy")
+	})
+}

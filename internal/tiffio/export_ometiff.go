@@ -65,12 +65,7 @@ func readGray16SubIFDs(f *file, page int) ([]*raster.Gray16, error) {
 			return nil, unsupErr("want 16-bit unsigned gray, subifd %d of page %d has %s samples", i, page, p.describeSample())
 		}
 		img := raster.NewGray16(p.width, p.height)
-		bo := f.bo
-		err = f.decodePage(p, func(y, x int, row []byte) {
-			o := y*p.width + x
-			toUint16(img.Pix[o:o+len(row)/2], row, bo)
-		})
-		if err != nil {
+		if err := f.decodeGray16(p, img.Pix); err != nil {
 			return nil, fmt.Errorf("subifd %d: %w", i, err)
 		}
 		out = append(out, img)

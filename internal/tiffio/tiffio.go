@@ -98,12 +98,7 @@ func readGray16(f *file, all bool) ([]*raster.Gray16, error) {
 			return unsupErr("want 16-bit unsigned gray, page %d has %s samples", p.index, p.describeSample())
 		}
 		img := raster.NewGray16(p.width, p.height)
-		bo := f.bo
-		err := f.decodePage(p, func(y, x int, row []byte) {
-			o := y*p.width + x
-			toUint16(img.Pix[o:o+len(row)/2], row, bo)
-		})
-		if err != nil {
+		if err := f.decodeGray16(p, img.Pix); err != nil {
 			return err
 		}
 		out = append(out, img)
@@ -117,13 +112,7 @@ func readFloat32(f *file, all bool) ([]*raster.Float32, error) {
 	err := f.eachPage(all, func(p *page) error {
 		kind, _ := sampleKind(p.sf, p.bps) // checked by parsePage
 		img := raster.NewFloat32(p.width, p.height)
-		bo := f.bo
-		size := int(p.bytesPerSample)
-		err := f.decodePage(p, func(y, x int, row []byte) {
-			o := y*p.width + x
-			toFloat32(img.Pix[o:o+len(row)/size], row, kind, bo)
-		})
-		if err != nil {
+		if err := f.decodeFloat32(p, kind, img.Pix); err != nil {
 			return err
 		}
 		out = append(out, img)

@@ -11,10 +11,12 @@ import (
 )
 
 // outPage describes one page to write: size, sample type and an encoder
-// that writes rows [y0, y1) as little-endian samples into dst.
+// that writes rows [y0, y1) as little-endian samples into dst; raw, when
+// not nil, is all those bytes already in memory (fastpath.go).
 type outPage struct {
 	w, h, bps, sf int
 	encode        func(dst []byte, y0, y1 int)
+	raw           []byte
 }
 
 // Writer settings.
@@ -134,17 +136,8 @@ func encodeFile(bw *bufio.Writer, pages []outPage, lay []pageLayout, big bool) e
 		if _, err := bw.Write(meta); err != nil {
 			return err
 		}
-		stripBytes := int(l.rowBytes) * l.rowsPerStrip
-		if cap(scratch) < stripBytes {
-			scratch = make([]byte, stripBytes)
-		}
-		for y := 0; y < p.h; y += l.rowsPerStrip {
-			y1 := min(y+l.rowsPerStrip, p.h)
-			buf := scratch[:int64(y1-y)*l.rowBytes]
-			p.encode(buf, y, y1)
-			if _, err := bw.Write(buf); err != nil {
-				return err
-			}
+		if err := writePixels(bw, p, l, &scratch); err != nil {
+			return err
 		}
 		pos = l.dataOff + l.rowBytes*int64(p.h)
 		if pad := l.end - pos; pad > 0 {
@@ -247,7 +240,7 @@ func encodeIFD(p outPage, l pageLayout, next int64, big bool) []byte {
 }
 
 func gray16Page(w, h int, pix []uint16) outPage {
-	return outPage{w: w, h: h, bps: 16, sf: sampleUint, encode: func(dst []byte, y0, y1 int) {
+	return outPage{w: w, h: h, bps: 16, sf: sampleUint, raw: rawLE(pix), encode: func(dst []byte, y0, y1 int) {
 		src := pix[y0*w : y1*w]
 		_ = dst[2*len(src)-1]
 		for i, v := range src {
@@ -258,7 +251,7 @@ func gray16Page(w, h int, pix []uint16) outPage {
 }
 
 func float32Page(w, h int, pix []float32) outPage {
-	return outPage{w: w, h: h, bps: 32, sf: sampleFloat, encode: func(dst []byte, y0, y1 int) {
+	return outPage{w: w, h: h, bps: 32, sf: sampleFloat, raw: rawLE(pix), encode: func(dst []byte, y0, y1 int) {
 		src := pix[y0*w : y1*w]
 		_ = dst[4*len(src)-1]
 		for i, v := range src {
