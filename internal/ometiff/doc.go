@@ -15,7 +15,10 @@
 //     (512 by default) with edge tiles zero-padded to the full tile size,
 //     Compression 8 (Deflate, zlib stream) with Predictor 2 (horizontal
 //     differencing of uint16 within each tile row), and a SubIFDs tag (330,
-//     type IFD8) listing its reduced levels.
+//     type IFD8) listing its reduced levels. The tiles are deflated by
+//     github.com/klauspost/compress at Options.Level: by default (Adaptive)
+//     Huffman-only, and at level 1 where that codes a tile below a quarter
+//     of its raw size and level 1 is smaller.
 //   - The reduced levels are IFDs outside the chain (next offset 0) with
 //     NewSubfileType 1 and the same tags otherwise. Level k+1 is the 2x2 mean
 //     of level k (Downsample): size ceil(w/2) x ceil(h/2), an odd last
@@ -40,9 +43,12 @@
 // 3 x Workers tiles being compressed or waiting to be written and a 4 MiB
 // write buffer. Before each load after the first, Write runs the garbage
 // collector so that the previous plane is gone, not just unreferenced.
-// Tiles are compressed by Options.Workers goroutines and written in file
-// order, so the output is byte-identical for any worker count and on a
-// rerun (the UUID is a hash of the content).
+// Tiles are compressed by Options.Workers goroutines (every tile of the
+// channel's levels is one job; up to 2 x Workers + 1 are in flight while
+// the calling goroutine hashes and writes the finished ones in file order),
+// so the output is byte-identical for any worker count and on a rerun (the
+// UUID is a hash of the content; each tile's encoding depends only on its
+// pixels and the level).
 //
 // The file is written through a temp file in the destination directory and
 // renamed into place (package atomicfile); any error, cancellation included,
