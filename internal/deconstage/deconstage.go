@@ -657,6 +657,25 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
+// ElapsedText formats a duration in seconds as the original's
+// DECONV_parameters.txt does (Kdecon/main.py: str(timedelta(seconds=
+// int(elapsed)))): whole seconds, "H:MM:SS" with unpadded hours, and
+// "N day(s), H:MM:SS" from one day on; 45 s is "0:00:45". (This project
+// used to print hours and minutes only, so every run under a minute read
+// "00:00".)
+func ElapsedText(sec float64) string {
+	s := int64(max(0, sec))
+	d, s := s/86400, s%86400
+	hms := fmt.Sprintf("%d:%02d:%02d", s/3600, s%3600/60, s%60)
+	switch {
+	case d == 1:
+		return "1 day, " + hms
+	case d > 1:
+		return fmt.Sprintf("%d days, %s", d, hms)
+	}
+	return hms
+}
+
 // ParametersText is DECONV_parameters.txt: the original's lines (LsDeconv's
 // info file), one block per channel.
 func ParametersText(cfg *config.Config, o Options, res *Result) string {
@@ -664,7 +683,7 @@ func ParametersText(cfg *config.Config, o Options, res *Result) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("deconvolution finished at %s", time.Now().UTC().Format(time.RFC3339))
 	w("data processed on: %s", o.Engine.Name())
-	w("elapsed time: %02d:%02d", int(res.Seconds)/3600, int(res.Seconds)%3600/60)
+	w("elapsed time: %s", ElapsedText(res.Seconds))
 	w("")
 	w("psf model: %s", cfg.Decon.PSFModel)
 	w("algorithm: %s", cfg.Decon.Algorithm)
