@@ -12,6 +12,7 @@
 //	data/processed/registered/qc/cycNN_metrics.json                   NCC before/rigid/non-rigid, field stats
 //	data/processed/registered/qc/cycNN_overlay.png                    reference (magenta) + cycle (green)
 //	data/processed/registered/registered.ome.tif                      pyramidal OME-TIFF, every cycle x channel (internal/ometiff)
+//	data/processed/registered/markers.csv                             MCMICRO marker table of the OME-TIFF's channels, in its order
 //	data/processed/registered/.snakemake_complete                     sentinel (key=value, stage=registration)
 //
 // Every cycle is registered on its channel registration.reference_channel
@@ -187,6 +188,11 @@ func discover(cfg *config.Config) ([]cycleInput, error) {
 			ci.files = append(ci.files, filepath.Base(p))
 		}
 		sort.Strings(ci.files)
+		for _, ch := range cfg.Channels {
+			if f := cfg.EDFFileName(c, ch); !slices.Contains(ci.files, f) {
+				return nil, staging.Inputf("cycle %d: channel %d's EDF image %s is missing from %s (found %s)", c, ch, f, dir, strings.Join(ci.files, ", "))
+			}
+		}
 		ci.dapi = cfg.EDFFileName(c, refCh)
 		if !slices.Contains(ci.files, ci.dapi) {
 			return nil, staging.Inputf("config %s: key registration.reference_channel: channel %d of cycle %d is %s, which is not in %s (found %s)",
