@@ -47,21 +47,74 @@ func copyStack(s *raster.Stack) *raster.Stack {
 	return c
 }
 
+// psfFileProject writes a project (3-D kernels: z_step_size 600) and
+// bead.tif beside its config, made by writePSFFile from channel ch's model
+// kernel; it returns the config, a copy that names bead.tif
+// (decon.psf_file, relative), the project directory, that kernel (the
+// same PSF in memory) and channel ch's stitched stack.
+func psfFileProject(t *testing.T, ch int) (cfg, fileCfg *config.Config, dir string, k0 *psf.Kernel, st *raster.Stack) {
+	t.Helper()
+	cfg, dir = project(t, map[string]any{"z_step_size": 600})
+	k0, _, err := Kernel(cfg, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePSFFile(t, cfg, "bead.tif", k0)
+	fc := *cfg
+	fc.Decon.PSFFile = "bead.tif"
+	paths, w, h, err := Planes(filepath.Join(InputDir(dir, 1), fmt.Sprintf("CH%d", ch)), cfg.NZPlanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = ReadStack(context.Background(), paths, w, h, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, &fc, dir, k0, st
+}
+
+// matchesInMemory deconvolves st on eng with the PSF from fileCfg's
+// decon.psf_file and on the CPU with k0 built in memory, for both
+// Richardson-Lucy variants: the iterations must agree and the results
+// within 1e-4 of the maximum (float32 rounding of the file's values; the
+// GPU's convolution rounding).
+func matchesInMemory(t *testing.T, eng Engine, cpu bool, cfg, fileCfg *config.Config, ch int, k0 *psf.Kernel, st *raster.Stack) {
+	t.Helper()
+	for _, alg := range []string{"richardson_lucy", "biggs_andrews"} {
+		cfg.Decon.Algorithm, fileCfg.Decon.Algorithm = alg, alg
+		p, err := Params(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Workers = 2
+		mem, ms, err := CPUEngine{Workers: 2}.Deconvolve(context.Background(), copyStack(st), k0, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, fs, _, _, err := Deconvolve(context.Background(), eng, fileCfg, ch, copyStack(st), cpu, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d, m float64
+		for i := range mem.Pix {
+			d = math.Max(d, math.Abs(float64(got.Pix[i]-mem.Pix[i])))
+			m = math.Max(m, math.Abs(float64(mem.Pix[i])))
+		}
+		t.Logf("%s on %s: file vs CPU with the PSF in memory: %d / %d iterations, worst difference %.2g of the maximum %.0f", alg, eng.Name(), fs.Iterations, ms.Iterations, d/m, m)
+		if fs.Iterations != ms.Iterations || d > 1e-4*m {
+			t.Errorf("%s on %s: the file's PSF gives %d iterations and differs by %.2g of the maximum from the in-memory PSF's (%d iterations)", alg, eng.Name(), fs.Iterations, d/m, ms.Iterations)
+		}
+	}
+}
+
 // decon.psf_file: deconvolving with the PSF read from a file gives the
 // result of the same PSF built in memory, for both Richardson-Lucy
 // variants; the stage records it; a bad file stops the stage before any
 // output with an error naming decon.psf_file.
 func TestPSFFile(t *testing.T) {
-	cfg, dir := project(t, map[string]any{"z_step_size": 600}) // a 3-D kernel
 	const ch = 2
-	k0, _, err := Kernel(cfg, ch) // the model's kernel, in memory
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePSFFile(t, cfg, "bead.tif", k0)
-	fileCfg := *cfg
-	fileCfg.Decon.PSFFile = "bead.tif" // relative: the config's directory
-	k, info, err := Kernel(&fileCfg, ch)
+	cfg, fileCfg, dir, k0, st := psfFileProject(t, ch)
+	k, info, err := Kernel(fileCfg, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,43 +131,11 @@ func TestPSFFile(t *testing.T) {
 	if worst > 1e-5*peak {
 		t.Errorf("kernel from the file differs from the one in memory by %.2g of the peak", worst/peak)
 	}
-	paths, w, h, err := Planes(filepath.Join(InputDir(dir, 1), fmt.Sprintf("CH%d", ch)), cfg.NZPlanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := ReadStack(context.Background(), paths, w, h, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	eng := CPUEngine{Workers: 2}
-	for _, alg := range []string{"richardson_lucy", "biggs_andrews"} {
-		cfg.Decon.Algorithm, fileCfg.Decon.Algorithm = alg, alg
-		p, err := Params(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Workers = 2
-		mem, ms, err := eng.Deconvolve(context.Background(), copyStack(st), k0, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, fs, _, _, err := Deconvolve(context.Background(), eng, &fileCfg, ch, copyStack(st), true, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var d, m float64
-		for i := range mem.Pix {
-			d = math.Max(d, math.Abs(float64(got.Pix[i]-mem.Pix[i])))
-			m = math.Max(m, math.Abs(float64(mem.Pix[i])))
-		}
-		t.Logf("%s: file vs memory: %d / %d iterations, worst difference %.2g of the maximum %.0f", alg, fs.Iterations, ms.Iterations, d/m, m)
-		if fs.Iterations != ms.Iterations || d > 1e-4*m {
-			t.Errorf("%s: the file's PSF gives %d iterations and differs by %.2g of the maximum from the in-memory PSF's (%d iterations)", alg, fs.Iterations, d/m, ms.Iterations)
-		}
-	}
+	matchesInMemory(t, eng, true, cfg, fileCfg, ch, k0, st)
 	// The stage with the file: recorded in the sentinel and DECONV_parameters.txt.
 	fileCfg.Decon.Algorithm = "richardson_lucy"
-	if _, err := Run(context.Background(), Options{Config: &fileCfg, Cycle: 1, Engine: eng, Workers: 2, CPU: true}); err != nil {
+	if _, err := Run(context.Background(), Options{Config: fileCfg, Cycle: 1, Engine: eng, Workers: 2, CPU: true}); err != nil {
 		t.Fatal(err)
 	}
 	out := OutDir(dir, 1)
@@ -132,7 +153,7 @@ func TestPSFFile(t *testing.T) {
 	}
 	for name, want := range map[string]string{"bad.tif": "finite", "none.tif": "no such file"} {
 		fileCfg.Decon.PSFFile = name
-		_, err := Run(context.Background(), Options{Config: &fileCfg, Cycle: 1, Engine: eng, Workers: 2, CPU: true})
+		_, err := Run(context.Background(), Options{Config: fileCfg, Cycle: 1, Engine: eng, Workers: 2, CPU: true})
 		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "decon.psf_file") || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want ErrInput naming decon.psf_file and %q", name, err, want)
 		}
