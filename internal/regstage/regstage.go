@@ -188,15 +188,15 @@ func discover(cfg *config.Config) ([]cycleInput, error) {
 			ci.files = append(ci.files, filepath.Base(p))
 		}
 		sort.Strings(ci.files)
-		for _, ch := range cfg.Channels {
-			if f := cfg.EDFFileName(c, ch); !slices.Contains(ci.files, f) {
-				return nil, staging.Inputf("cycle %d: channel %d's EDF image %s is missing from %s (found %s)", c, ch, f, dir, strings.Join(ci.files, ", "))
-			}
-		}
 		ci.dapi = cfg.EDFFileName(c, refCh)
 		if !slices.Contains(ci.files, ci.dapi) {
 			return nil, staging.Inputf("config %s: key registration.reference_channel: channel %d of cycle %d is %s, which is not in %s (found %s)",
 				cfg.Path, refCh, c, ci.dapi, dir, strings.Join(ci.files, ", "))
+		}
+		for _, ch := range cfg.Channels {
+			if f := cfg.EDFFileName(c, ch); !slices.Contains(ci.files, f) {
+				return nil, staging.Inputf("cycle %d: channel %d's EDF image %s is missing from %s (found %s)", c, ch, f, dir, strings.Join(ci.files, ", "))
+			}
 		}
 		out = append(out, ci)
 	}

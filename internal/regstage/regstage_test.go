@@ -202,6 +202,13 @@ func TestBadInput(t *testing.T) {
 		wantInput(t, err, d)
 		noOutput(t, cfg)
 	})
+	t.Run("missing channel image", func(t *testing.T) {
+		cfg, _ := project(t, 2)
+		os.Remove(filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 2)))
+		_, err := run(cfg, be)
+		wantInput(t, err, "cycle 2", cfg.EDFFileName(2, 2), "missing")
+		noOutput(t, cfg)
+	})
 	t.Run("size beyond padding", func(t *testing.T) {
 		cfg, _ := project(t, 2)
 		p := filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 2))
