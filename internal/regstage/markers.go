@@ -91,7 +91,7 @@ func Markers(cfg *config.Config, files map[int][]string) []Marker {
 	}
 	for i := range list {
 		m := &list[i]
-		if !m.Remove && m.Channel > 0 && !strings.HasPrefix(strings.ToUpper(m.Name), "DAPI") {
+		if !m.Remove && m.Channel > 0 && !config.IsDAPI(m.Name) {
 			m.Background = blankOf[m.Channel]
 		}
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
 // pyMarkers reads registered.ome.tif and markers.csv with Python's
@@ -57,13 +59,17 @@ print(json.dumps(out))
 `
 
 // The OME-TIFF lists the channels cycle by cycle in the config's order
-// (cycle 1 is DAPI-01, Blank: not name order), markers.csv beside it has
-// the same names in the same order with MCMICRO's columns, the file meets
-// MCMICRO's constraints, and a rerun writes both byte for byte again.
+// (cycle 1 is the original's example, DAPI-01 and three blanks, named
+// Blank_1a, Blank_1b, Blank_1c by the config's duplicate rule: not name
+// order), markers.csv beside it has the same names in the same order with
+// MCMICRO's columns (each marker's background the blank of its channel),
+// the file meets MCMICRO's constraints, and a rerun writes both byte for
+// byte again.
 func TestMarkersOrder(t *testing.T) {
-	cfg, _ := project(t, 3)
-	if got := cfg.ChannelMarker(1, 2); got != "Blank" {
-		t.Fatalf("fixture: cycle 1 channel 2 is %q, want Blank (config order differs from name order)", got)
+	cfg, _ := regtest.WriteProjectChannels(t, t.TempDir(), 3, 4, regConfig,
+		synth.RegOptions{H: testH, W: testW, Seed: 5, MaxShift: 30, MaxRotDeg: 1, WarpPx: 3, Workers: 2})
+	if got := cfg.ChannelMarker(1, 2); got != "Blank_1a" {
+		t.Fatalf("fixture: cycle 1 channel 2 is %q, want Blank_1a (config order differs from name order)", got)
 	}
 	if _, err := run(cfg, register.CPU{Workers: 2}); err != nil {
 		t.Fatal(err)
@@ -80,15 +86,15 @@ func TestMarkersOrder(t *testing.T) {
 			files = append(files, filepath.Join(config.CycleName(c), cfg.EDFFileName(c, ch)))
 			bg, rm := "", ""
 			switch {
-			case name == "Blank":
+			case c == 1 && ch > 1:
 				rm = "TRUE"
-			case ch == 2:
-				bg = "Blank" // the blank acquired in channel 2 (cycle 1)
+			case ch > 1:
+				bg = cfg.ChannelMarker(1, ch) // the blank acquired in this channel (cycle 1)
 			}
 			rows = append(rows, []string{itoa(n), itoa(c), name, bg, "", rm})
 		}
 	}
-	if names[0] != "DAPI-01" || names[1] != "Blank" {
+	if names[0] != "DAPI-01" || names[1] != "Blank_1a" || names[3] != "Blank_1c" {
 		t.Fatalf("fixture: names %v", names)
 	}
 	out := OutDir(cfg.ProjectDir)
