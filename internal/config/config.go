@@ -123,6 +123,7 @@ type Decon struct {
 	SlitAperture   float64 `json:"slit_aperture"`    // mm
 	FCyl           float64 `json:"f_cyl"`            // mm
 	MemoryBudgetMB int     `json:"memory_budget_mb"` // GPU memory the whole run may use, MB (larger stacks stream through the card in y-slabs); 0 = free memory less a margin
+	MeasuredPSF            // psf_file and its keys (psf.go)
 }
 
 // DefaultDecon returns the original's deconvolution settings.
@@ -342,6 +343,7 @@ func (c *Config) check() Errors {
 			add("wavelengths."+k, "channel key %q: want a channel number", k)
 		}
 	}
+	errs = append(errs, c.checkPSFFile()...)
 	seen := map[string]bool{}
 	for i, a := range c.Resources.Accounts {
 		key := fmt.Sprintf("resources.accounts[%d].name", i)

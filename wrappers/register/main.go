@@ -24,9 +24,10 @@ import (
 func main() {
 	app := cliutil.NewApp("kintsugi-register", "register the cycles of a CODEX/PhenoCycler project",
 		`Commands:
-  run    register every cycle to registration.reference_cycle on DAPI (first
-         DAPI*.tif of data/processed/edf/cycNN/, else the first *.tif; every
-         cycle's EDF sentinel required), warp every channel, and write
+  run    register every cycle to registration.reference_cycle on channel
+         registration.reference_channel (default 1, DAPI) of
+         data/processed/edf/cycNN/ (every cycle's EDF sentinel required),
+         warp every channel, and write
          data/processed/registered/cycNN/<same name>.tif, the transforms
          (registration_data/), QC metrics and overlays (qc/) and the
          sentinel, atomically. Sizes that differ are zero-padded at the
