@@ -1,0 +1,227 @@
+// Package plot draws the QC report's figures with gonum.org/v1/plot (axes,
+// tick labels, legends, colour bars) and renders them as PNG (for the HTML
+// report) and as multi-page PDF (the original's *_summary_heatmaps.pdf and
+// registration_qc_overlay_grid.pdf names).
+//
+// A Figure is a size and a Draw function that lays its panels out relative
+// to the canvas it is given, so one figure renders the same way into a PNG
+// of its own size and into a PDF page. Images are (y, x), row-major, x
+// fastest; image panels put row 0 at the top, as a viewer does, with the
+// axes in image px (y growing downwards).
+//
+// Colour maps: Viridis for values (monotonic luminance, readable in grey),
+// NaN cells and pixels mid grey.
+package plot
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/color"
+	"io"
+	"math"
+
+	gplot "gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/palette"
+	"gonum.org/v1/plot/palette/moreland"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgpdf"
+)
+
+// DPI of the PNG renderings (the HTML shows them at CSS width = W).
+const DPI = 144
+
+// NaNColor fills cells and pixels without a value.
+var NaNColor = color.RGBA{160, 160, 160, 255}
+
+// Figure is one figure: its size and how to draw it into a canvas.
+type Figure struct {
+	Name    string // short identifier (file-name safe), unique in a report
+	Title   string // heading shown above the figure in the HTML
+	Caption string // what is shown, with units
+	W, H    vg.Length
+	Draw    func(c draw.Canvas)
+	// Data is the figure's numbers as plotted (tests compare it with the
+	// metrics JSON): for heatmaps the values per panel, for line plots the
+	// series, for images their ranges.
+	Data any `json:"data"`
+}
+
+// PNG renders f at DPI.
+func (f *Figure) PNG() ([]byte, error) {
+	c := vgimg.NewWith(vgimg.UseWH(f.W, f.H), vgimg.UseDPI(DPI), vgimg.UseBackgroundColor(color.White))
+	f.Draw(draw.New(c))
+	var b bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&b); err != nil {
+		return nil, fmt.Errorf("plot %s: png: %w", f.Name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// WritePDF writes figs as one PDF, one page per figure, every page the size
+// of the largest figure (A4 landscape at least); each figure is drawn to
+// fill its page.
+func WritePDF(w io.Writer, figs []*Figure) error {
+	pw, ph := 29.7*vg.Centimeter, 21*vg.Centimeter
+	for _, f := range figs {
+		pw, ph = max(pw, f.W), max(ph, f.H)
+	}
+	c := vgpdf.New(pw, ph)
+	for i, f := range figs {
+		if i > 0 {
+			c.NextPage()
+		}
+		dc := draw.New(c)
+		// Keep the figure's aspect ratio on the page, centred.
+		s := min(float64(pw/f.W), float64(ph/f.H))
+		fw, fh := vg.Length(s)*f.W, vg.Length(s)*f.H
+		x0, y0 := (pw-fw)/2, (ph-fh)/2
+		f.Draw(draw.Crop(dc, x0, -(pw - fw - x0), y0, -(ph - fh - y0)))
+	}
+	if len(figs) == 0 {
+		dc := draw.New(c)
+		dc.FillText(textStyle(vg.Points(14)), vg.Point{X: pw / 10, Y: ph / 2}, "no figures: the stage's QC outputs are missing (see qc_plots/report.html)")
+	}
+	if _, err := c.WriteTo(w); err != nil {
+		return fmt.Errorf("pdf: %w", err)
+	}
+	return nil
+}
+
+// Viridis is the viridis colour map (dark blue -> yellow).
+func Viridis() palette.ColorMap {
+	cm, err := moreland.NewLuminance([]color.Color{
+		color.NRGBA{68, 1, 84, 255}, color.NRGBA{59, 82, 139, 255}, color.NRGBA{33, 145, 140, 255},
+		color.NRGBA{94, 201, 98, 255}, color.NRGBA{253, 231, 37, 255}})
+	if err != nil {
+		panic("plot: viridis: " + err.Error())
+	}
+	return cm
+}
+
+// textStyle is black text of the default font at size.
+func textStyle(size vg.Length) draw.TextStyle {
+	return draw.TextStyle{Color: color.Black, Font: font.From(gplot.DefaultFont, size), Handler: gplot.DefaultTextHandler}
+}
+
+// newPlot returns a plot with the title and axis labels set in readable sizes.
+func newPlot(title, x, y string) *gplot.Plot {
+	p := gplot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	for _, a := range []*gplot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font.Size = vg.Points(10)
+		a.Tick.Label.Font.Size = vg.Points(9)
+	}
+	return p
+}
+
+// Range is a finite value range.
+type Range struct{ Min, Max float64 }
+
+// finiteRange is the range of the finite values of v; a constant (or empty)
+// input gets a range of width 1 around its value so a colour map is defined.
+func finiteRange(vs ...[]float64) (r Range, ok bool) {
+	r = Range{math.Inf(1), math.Inf(-1)}
+	for _, v := range vs {
+		for _, x := range v {
+			if !math.IsNaN(x) && !math.IsInf(x, 0) {
+				r.Min, r.Max = min(r.Min, x), max(r.Max, x)
+				ok = true
+			}
+		}
+	}
+	if !ok {
+		return Range{0, 1}, false
+	}
+	return r, true
+}
+
+// scaleFor widens a degenerate range for a colour map.
+func scaleFor(r Range) Range {
+	if r.Max > r.Min {
+		return r
+	}
+	d := max(math.Abs(r.Min)*1e-3, 1e-9)
+	return Range{r.Min - d, r.Max + d}
+}
+
+// colourBar returns a vertical colour bar plot for cm over r, labelled unit.
+func colourBar(cm palette.ColorMap, r Range, unit string) *gplot.Plot {
+	r = scaleFor(r)
+	cm.SetMin(r.Min)
+	cm.SetMax(r.Max)
+	p := newPlot("", "", unit)
+	p.HideX()
+	p.Add(&plotter.ColorBar{ColorMap: cm, Vertical: true})
+	p.Y.Min, p.Y.Max = r.Min, r.Max
+	return p
+}
+
+// split divides c into n columns of equal width (gap between them).
+func split(c draw.Canvas, n int, gap vg.Length) []draw.Canvas {
+	if n < 1 {
+		return nil
+	}
+	w := (c.Max.X - c.Min.X - gap*vg.Length(n-1)) / vg.Length(n)
+	out := make([]draw.Canvas, n)
+	for i := range out {
+		x0 := c.Min.X + vg.Length(i)*(w+gap)
+		out[i] = draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: x0, Y: c.Min.Y}, Max: vg.Point{X: x0 + w, Y: c.Max.Y}}}
+	}
+	return out
+}
+
+// splitRows divides c into n rows of equal height, the first at the top.
+func splitRows(c draw.Canvas, n int, gap vg.Length) []draw.Canvas {
+	if n < 1 {
+		return nil
+	}
+	h := (c.Max.Y - c.Min.Y - gap*vg.Length(n-1)) / vg.Length(n)
+	out := make([]draw.Canvas, n)
+	for i := range out {
+		y1 := c.Max.Y - vg.Length(i)*(h+gap)
+		out[i] = draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: c.Min.X, Y: y1 - h}, Max: vg.Point{X: c.Max.X, Y: y1}}}
+	}
+	return out
+}
+
+// withBar draws main into c with a colour bar of width bw at its right.
+func withBar(c draw.Canvas, main, bar *gplot.Plot) {
+	bw := min(vg.Points(70), (c.Max.X-c.Min.X)/3)
+	mc := c
+	mc.Max.X -= bw
+	bc := c
+	bc.Min.X = c.Max.X - bw + vg.Points(6)
+	// Align the bar with the main plot's data area vertically.
+	da := main.DataCanvas(mc)
+	bc.Min.Y, bc.Max.Y = da.Min.Y-vg.Points(4), da.Max.Y+vg.Points(4)
+	main.Draw(mc)
+	if bar != nil {
+		bar.Draw(bc)
+	}
+}
+
+// Colorize maps v (row-major, w x h) through cm over r; NaN is NaNColor.
+func Colorize(v []float64, w, h int, cm palette.ColorMap, r Range) *image.RGBA {
+	r = scaleFor(r)
+	cm.SetMin(r.Min)
+	cm.SetMax(r.Max)
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for i, x := range v {
+		var c color.Color = NaNColor
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			if cc, err := cm.At(min(r.Max, max(r.Min, x))); err == nil {
+				c = cc
+			}
+		}
+		img.Set(i%w, i/w, c)
+	}
+	return img
+}
