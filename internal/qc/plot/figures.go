@@ -290,6 +290,7 @@ func Images(name, title, caption string, panels []ImagePanel, perRow int, panelW
 	}
 	ph := (panelW-vg.Points(50))*vg.Length(min(aspect, 1.6)) + vg.Points(60)
 	f := &Figure{Name: name, Title: title, Caption: caption, W: (panelW + bar) * vg.Length(perRow), H: ph * vg.Length(nrows), Data: panels}
+	f.Photo = true // micrographs and smooth maps: JPEG is a fraction of PNG's size
 	f.Draw = func(c draw.Canvas) {
 		for ri, rc := range splitRows(c, nrows, vg.Points(4)) {
 			for ci, cc := range split(rc, perRow, vg.Points(8)) {
@@ -346,7 +347,7 @@ func drawImage(c draw.Canvas, ip *ImagePanel) {
 	}
 	// y axis: -y so that row 0 is at the top; tick labels show +y.
 	p.Add(plotter.NewImage(img, ip.X0, -(ip.Y0 + ip.H), ip.X0+ip.W, -ip.Y0))
-	p.Y.Tick.Marker = negTicks{}
+	p.Y.Tick.Marker = Ticks{Negate: true}
 	if len(ip.Rects)+len(ip.Labels) > 0 {
 		p.Add(overlay{ip})
 	}
@@ -373,19 +374,6 @@ func drawImage(c draw.Canvas, ip *ImagePanel) {
 	p.Draw(c)
 }
 
-// negTicks labels a negated axis (image y) with positive values.
-type negTicks struct{}
-
-func (negTicks) Ticks(lo, hi float64) []gplot.Tick {
-	t := gplot.DefaultTicks{}.Ticks(lo, hi)
-	for i := range t {
-		if t[i].Label != "" {
-			t[i].Label = fmt.Sprintf("%g", -t[i].Value)
-		}
-	}
-	return t
-}
-
 // BarGroup is one set of bars (one colour), one value per category.
 type BarGroup struct {
 	Label  string    `json:"label"`
@@ -402,6 +390,7 @@ func Bars(name, title, caption, xlabel, ylabel string, cats []string, groups []B
 		p.Add(plotter.NewGrid())
 		p.Legend.Top = true
 		p.Legend.Left = true
+		p.Legend.TextStyle.Font.Size = vg.Points(9)
 		bw := vg.Points(min(28, 300/float64(max(1, len(cats)*len(groups)))))
 		for i, g := range groups {
 			vals := make(plotter.Values, len(cats))
@@ -422,7 +411,11 @@ func Bars(name, title, caption, xlabel, ylabel string, cats []string, groups []B
 		}
 		p.NominalX(cats...)
 		if yr != nil {
-			p.Y.Min, p.Y.Max = yr.Min, yr.Max
+			// Head room above the bars for the legend.
+			p.Y.Min, p.Y.Max = yr.Min, yr.Max+0.12*float64(len(groups))*(yr.Max-yr.Min)
+			// Ticks only over the values' range, not the legend's head room.
+			ticks := Ticks{}.Ticks(yr.Min, yr.Max)
+			p.Y.Tick.Marker = gplot.ConstantTicks(ticks)
 		}
 		p.Draw(c)
 	}

@@ -18,8 +18,11 @@ import (
 	"fmt"
 	"image"
 	"image/color"
+	"image/jpeg"
+	"image/png"
 	"io"
 	"math"
+	"strconv"
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -49,17 +52,31 @@ type Figure struct {
 	// metrics JSON): for heatmaps the values per panel, for line plots the
 	// series, for images their ranges.
 	Data any `json:"data"`
+	// Photo marks a figure dominated by image content (overviews,
+	// overlays): Raster encodes it as JPEG, which is a fraction of the PNG
+	// size for noisy micrographs.
+	Photo bool
 }
 
-// PNG renders f at DPI.
-func (f *Figure) PNG() ([]byte, error) {
+// margin is the blank border around every figure.
+const margin = 6
+
+// Raster renders f at DPI: PNG, or JPEG (quality 90) for a Photo figure.
+// It returns the encoded bytes and their MIME type.
+func (f *Figure) Raster() ([]byte, string, error) {
 	c := vgimg.NewWith(vgimg.UseWH(f.W, f.H), vgimg.UseDPI(DPI), vgimg.UseBackgroundColor(color.White))
-	f.Draw(draw.New(c))
+	f.Draw(draw.Crop(draw.New(c), margin, -margin, margin, -margin))
 	var b bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&b); err != nil {
-		return nil, fmt.Errorf("plot %s: png: %w", f.Name, err)
+	if f.Photo {
+		if err := jpeg.Encode(&b, c.Image(), &jpeg.Options{Quality: 90}); err != nil {
+			return nil, "", fmt.Errorf("plot %s: jpeg: %w", f.Name, err)
+		}
+		return b.Bytes(), "image/jpeg", nil
 	}
-	return b.Bytes(), nil
+	if err := png.Encode(&b, c.Image()); err != nil {
+		return nil, "", fmt.Errorf("plot %s: png: %w", f.Name, err)
+	}
+	return b.Bytes(), "image/png", nil
 }
 
 // WritePDF writes figs as one PDF, one page per figure, every page the size
@@ -80,7 +97,7 @@ func WritePDF(w io.Writer, figs []*Figure) error {
 		s := min(float64(pw/f.W), float64(ph/f.H))
 		fw, fh := vg.Length(s)*f.W, vg.Length(s)*f.H
 		x0, y0 := (pw-fw)/2, (ph-fh)/2
-		f.Draw(draw.Crop(dc, x0, -(pw - fw - x0), y0, -(ph - fh - y0)))
+		f.Draw(draw.Crop(dc, x0+margin, -(pw-fw-x0)-margin, y0+margin, -(ph-fh-y0)-margin))
 	}
 	if len(figs) == 0 {
 		dc := draw.New(c)
@@ -118,8 +135,80 @@ func newPlot(title, x, y string) *gplot.Plot {
 	for _, a := range []*gplot.Axis{&p.X, &p.Y} {
 		a.Label.TextStyle.Font.Size = vg.Points(10)
 		a.Tick.Label.Font.Size = vg.Points(9)
+		a.Tick.Marker = Ticks{}
 	}
 	return p
+}
+
+// Ticks are gonum's default tick positions, labelled with as many digits
+// as the step between major ticks needs (gonum's own labels can repeat,
+// e.g. "1", "1" for 1.00 and 1.01), in e-notation from 10^5 up.
+type Ticks struct{ Negate bool }
+
+// Ticks implements plot.Ticker.
+func (t Ticks) Ticks(lo, hi float64) []gplot.Tick {
+	ts := gplot.DefaultTicks{}.Ticks(lo, hi)
+	var major []float64
+	for _, x := range ts {
+		if x.Label != "" {
+			major = append(major, x.Value)
+		}
+	}
+	top := max(math.Abs(lo), math.Abs(hi))
+	if t.Negate {
+		for i := range major {
+			major[i] = -major[i]
+		}
+	}
+	verb, digits := tickFormat(major, top)
+	for i := range ts {
+		if ts[i].Label == "" {
+			continue
+		}
+		v := ts[i].Value
+		if t.Negate {
+			v = -v
+		}
+		ts[i].Label = tickText(v, verb, digits)
+	}
+	return ts
+}
+
+// tickFormat picks the verb ('f', or 'e' from 10^5 up) and the fewest
+// digits that write every major tick value exactly (to 1e-6 of the step)
+// and distinctly.
+func tickFormat(major []float64, top float64) (byte, int) {
+	verb := byte('f')
+	if top >= 1e5 {
+		verb = 'e'
+	}
+	step := math.Inf(1)
+	for i := 1; i < len(major); i++ {
+		step = min(step, math.Abs(major[i]-major[i-1]))
+	}
+	for d := 0; d < 8; d++ {
+		ok, seen := true, map[string]bool{}
+		for _, v := range major {
+			s := tickText(v, verb, d)
+			x, err := strconv.ParseFloat(s, 64)
+			if err != nil || seen[s] || (!math.IsInf(step, 0) && math.Abs(x-v) > 1e-6*step) {
+				ok = false
+				break
+			}
+			seen[s] = true
+		}
+		if ok {
+			return verb, d
+		}
+	}
+	return verb, 8
+}
+
+func tickText(v float64, verb byte, digits int) string {
+	if v == 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(v, verb, digits, 64)
 }
 
 // Range is a finite value range.

@@ -13,8 +13,7 @@ import (
 // htmlFigure is a rendered figure.
 type htmlFigure struct {
 	Name, Title, Caption string
-	Src                  template.URL // data:image/png;base64,...
-	WidthPt              int          // CSS width, px (1 pt = 1 CSS px here, capped by the page)
+	Img                  template.HTML // <img> with a data:image/png;base64 source (base64 needs no escaping)
 }
 
 type htmlSection struct {
@@ -70,7 +69,7 @@ figcaption { font-size: 12.5px; color: #333; margin-top: 6px; max-width: 1000px;
 {{range .Tables}}{{template "table" .}}{{end}}
 {{range .Figures}}
 <h3 id="{{.Name}}">{{.Title}}</h3>
-<figure><img src="{{.Src}}" alt="{{.Title}}" style="width: {{.WidthPt}}px"><figcaption>{{.Caption}}</figcaption></figure>
+<figure>{{.Img}}<figcaption>{{.Caption}}</figcaption></figure>
 {{end}}
 {{end}}
 </main>
@@ -107,11 +106,11 @@ func (r *Report) HTML() ([]byte, error) {
 }
 
 func renderFigure(f *plot.Figure) (htmlFigure, error) {
-	png, err := f.PNG()
+	b, mime, err := f.Raster()
 	if err != nil {
 		return htmlFigure{}, err
 	}
-	return htmlFigure{Name: f.Name, Title: f.Title, Caption: f.Caption,
-		Src:     template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png)),
-		WidthPt: int(math.Round(float64(f.W) * 96 / 72))}, nil
+	img := fmt.Sprintf(`<img src="data:%s;base64,%s" alt="%s" style="width: %dpx">`, mime,
+		base64.StdEncoding.EncodeToString(b), template.HTMLEscapeString(f.Title), int(math.Round(float64(f.W)*96/72)))
+	return htmlFigure{Name: f.Name, Title: f.Title, Caption: f.Caption, Img: template.HTML(img)}, nil
 }
