@@ -101,7 +101,7 @@ func Heatmaps(name, title, caption string, panels []HeatPanel, perRow int) *Figu
 	}
 	cellW := vg.Points(max(22, min(60, 420/float64(maxC))))
 	cellH := vg.Points(max(14, min(30, 300/float64(maxR))))
-	pw := cellW*vg.Length(maxC) + vg.Points(170)
+	pw := max(cellW*vg.Length(maxC)+vg.Points(170), vg.Points(330))
 	ph := cellH*vg.Length(maxR) + vg.Points(90)
 	f := &Figure{Name: name, Title: title, Caption: caption, W: pw * vg.Length(perRow), H: ph * vg.Length(nrows), Data: panels}
 	f.Draw = func(c draw.Canvas) {
@@ -197,6 +197,19 @@ func drawLines(c draw.Canvas, lp *LinePanel) {
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range lp.Series {
+		for _, y := range s.Y {
+			if !math.IsNaN(y) && !math.IsInf(y, 0) {
+				lo, hi = min(lo, y), max(hi, y)
+			}
+		}
+	}
+	if hi > lo {
+		// Head room above the data for the legend, ticks only over the data.
+		p.Y.Min, p.Y.Max = lo, hi+(hi-lo)*0.09*float64(len(lp.Series)+1)
+		p.Y.Tick.Marker = gplot.ConstantTicks(Ticks{}.Ticks(lo, hi))
+	}
 	for i, s := range lp.Series {
 		xy := make(plotter.XYs, 0, len(s.X))
 		for k := range s.X {

@@ -350,6 +350,18 @@ func stageNum(m map[string]any, key string) float64 {
 	return math.NaN()
 }
 
+// fixed formats v with d decimals, without a negative zero.
+func fixed(v float64, d int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "—"
+	}
+	s := strconv.FormatFloat(v, 'f', d, 64)
+	if strings.Trim(s, "-0.") == "" {
+		return strings.TrimPrefix(s, "-")
+	}
+	return s
+}
+
 func f4(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "—"
@@ -379,8 +391,8 @@ func regTable(cfg *config.Config, ms []qc.CycleMetrics) (Table, bool) {
 		} else {
 			row = append(row, f4(stageNum(sm, "ncc_before")), f4(stageNum(sm, "ncc_after_rigid")), f4(stageNum(sm, "ncc_final")),
 				f4(float64(rs.NCCEDF)), f4(float64(rs.NCCRegistered)),
-				fmt.Sprintf("%.3f", stageNum(sm, "rotation_deg")),
-				fmt.Sprintf("%.2f, %.2f", stageNum(sm, "translation_y_px"), stageNum(sm, "translation_x_px")),
+				fixed(stageNum(sm, "rotation_deg"), 3),
+				fixed(stageNum(sm, "translation_y_px"), 2)+", "+fixed(stageNum(sm, "translation_x_px"), 2),
 				fmt.Sprintf("%.2f / %.2f / %.2f", stageNum(sm, "displacement_mean_px"), stageNum(sm, "displacement_p95_px"), stageNum(sm, "displacement_max_px")),
 				fmt.Sprintf("%.3f", stageNum(sm, "jacobian_min")), fmt.Sprint(sm["non_rigid_dropped"]))
 		}
