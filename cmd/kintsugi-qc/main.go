@@ -7,6 +7,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/report"
 )
@@ -70,24 +72,36 @@ report, not errors. Prints the report's path.`, nil, nil)
 	return app
 }
 
-func run(c *cli.Context) error {
+// setup is both commands' start: logging, no arguments, --config given and
+// loaded after check (the command's own flag checks) passes.
+func setup(c *cli.Context, check func() error) (*slog.Logger, *config.Config, error) {
 	lg, err := cliutil.SetupLogging(c)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := cliutil.NoArgs(c); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if c.String("config") == "" {
-		return cliutil.Usagef("missing --config")
+		return nil, nil, cliutil.Usagef("missing --config")
 	}
-	if c.String("stage") == "" {
-		return cliutil.Usagef("missing --stage (%s)", strings.Join(qc.Stages, ", "))
-	}
-	if c.Int("overview-px") < 16 {
-		return cliutil.Usagef("--overview-px %d: want >= 16", c.Int("overview-px"))
+	if err := check(); err != nil {
+		return nil, nil, err
 	}
 	cfg, err := cliutil.LoadConfig(c.String("config"))
+	return lg, cfg, err
+}
+
+func run(c *cli.Context) error {
+	lg, cfg, err := setup(c, func() error {
+		if c.String("stage") == "" {
+			return cliutil.Usagef("missing --stage (%s)", strings.Join(qc.Stages, ", "))
+		}
+		if c.Int("overview-px") < 16 {
+			return cliutil.Usagef("--overview-px %d: want >= 16", c.Int("overview-px"))
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -105,20 +119,12 @@ func run(c *cli.Context) error {
 }
 
 func runReport(c *cli.Context) error {
-	lg, err := cliutil.SetupLogging(c)
-	if err != nil {
-		return err
-	}
-	if err := cliutil.NoArgs(c); err != nil {
-		return err
-	}
-	if c.String("config") == "" {
-		return cliutil.Usagef("missing --config")
-	}
-	if c.Int("crop-px") < 32 {
-		return cliutil.Usagef("--crop-px %d: want >= 32", c.Int("crop-px"))
-	}
-	cfg, err := cliutil.LoadConfig(c.String("config"))
+	lg, cfg, err := setup(c, func() error {
+		if c.Int("crop-px") < 32 {
+			return cliutil.Usagef("--crop-px %d: want >= 32", c.Int("crop-px"))
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}

@@ -451,6 +451,27 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 	return rs, nil
 }
 
+// PlaneZs returns the z-plane numbers (PlaneStats.Z) of every plane of
+// channel ch (0: every channel) in cms, ascending, each once.
+func PlaneZs(cms []CycleMetrics, ch int) []int {
+	zset := map[int]bool{}
+	for _, cm := range cms {
+		for _, c := range cm.Channels {
+			if ch == 0 || c.Channel == ch {
+				for _, p := range c.Planes {
+					zset[p.Z] = true
+				}
+			}
+		}
+	}
+	zs := make([]int, 0, len(zset))
+	for z := range zset {
+		zs = append(zs, z)
+	}
+	sort.Ints(zs)
+	return zs
+}
+
 // heatmaps lays out the stage's heatmaps from the per-cycle metrics.
 func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 	switch stage {
@@ -458,19 +479,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 		// Rows: cycle x channel; columns: z.
 		mk := func(file, measure string, get func(PlaneStats) float64) Heatmap {
 			h := Heatmap{File: file, Measure: measure}
-			zset := map[int]bool{}
-			for _, cm := range cms {
-				for _, ch := range cm.Channels {
-					for _, p := range ch.Planes {
-						zset[p.Z] = true
-					}
-				}
-			}
-			var zs []int
-			for z := range zset {
-				zs = append(zs, z)
-			}
-			sort.Ints(zs)
+			zs := PlaneZs(cms, 0)
 			for _, z := range zs {
 				h.Cols = append(h.Cols, fmt.Sprintf("z%02d", z))
 			}

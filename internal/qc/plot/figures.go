@@ -26,18 +26,19 @@ type HeatPanel struct {
 	Range  Range       `json:"range"` // finite min and max of Values (set by Heatmaps)
 }
 
-type grid struct{ p *HeatPanel }
+// heatGrid is a HeatPanel as gonum's GridXYZ (row 0 of Values at the top).
+type heatGrid struct{ p *HeatPanel }
 
-func (g grid) Dims() (c, r int) { return len(g.p.Cols), len(g.p.Rows) }
-func (g grid) Z(c, r int) float64 {
+func (g heatGrid) Dims() (c, r int) { return len(g.p.Cols), len(g.p.Rows) }
+func (g heatGrid) Z(c, r int) float64 {
 	row := g.p.Values[len(g.p.Rows)-1-r]
 	if c < len(row) {
 		return row[c]
 	}
 	return math.NaN()
 }
-func (g grid) X(c int) float64 { return float64(c) }
-func (g grid) Y(r int) float64 { return float64(r) }
+func (g heatGrid) X(c int) float64 { return float64(c) }
+func (g heatGrid) Y(r int) float64 { return float64(r) }
 
 // cellLabels writes each cell's value into its centre.
 type cellLabels struct {
@@ -104,17 +105,7 @@ func Heatmaps(name, title, caption string, panels []HeatPanel, perRow int) *Figu
 	pw := max(cellW*vg.Length(maxC)+vg.Points(170), vg.Points(330))
 	ph := cellH*vg.Length(maxR) + vg.Points(90)
 	f := &Figure{Name: name, Title: title, Caption: caption, W: pw * vg.Length(perRow), H: ph * vg.Length(nrows), Data: panels}
-	f.Draw = func(c draw.Canvas) {
-		for ri, rc := range splitRows(c, nrows, vg.Points(4)) {
-			for ci, cc := range split(rc, perRow, vg.Points(8)) {
-				k := ri*perRow + ci
-				if k >= len(panels) {
-					break
-				}
-				drawHeat(cc, &panels[k])
-			}
-		}
-	}
+	f.Draw = grid(len(panels), perRow, func(c draw.Canvas, k int) { drawHeat(c, &panels[k]) })
 	return f
 }
 
@@ -129,7 +120,7 @@ func drawHeat(c draw.Canvas, hp *HeatPanel) {
 		p.Draw(c)
 		return
 	}
-	h := plotter.NewHeatMap(grid{hp}, cm.Palette(256))
+	h := plotter.NewHeatMap(heatGrid{hp}, cm.Palette(256))
 	h.Min, h.Max = r.Min, r.Max
 	h.NaN = NaNColor
 	p.Add(h)
@@ -171,17 +162,7 @@ func Lines(name, title, caption string, panels []LinePanel, perRow int) *Figure 
 	nrows := (len(panels) + perRow - 1) / perRow
 	pw, ph := vg.Points(330), vg.Points(230)
 	f := &Figure{Name: name, Title: title, Caption: caption, W: pw * vg.Length(perRow), H: ph * vg.Length(nrows), Data: panels}
-	f.Draw = func(c draw.Canvas) {
-		for ri, rc := range splitRows(c, nrows, vg.Points(4)) {
-			for ci, cc := range split(rc, perRow, vg.Points(8)) {
-				k := ri*perRow + ci
-				if k >= len(panels) {
-					break
-				}
-				drawLines(cc, &panels[k])
-			}
-		}
-	}
+	f.Draw = grid(len(panels), perRow, func(c draw.Canvas, k int) { drawLines(c, &panels[k]) })
 	return f
 }
 
@@ -304,17 +285,7 @@ func Images(name, title, caption string, panels []ImagePanel, perRow int, panelW
 	ph := (panelW-vg.Points(50))*vg.Length(min(aspect, 1.6)) + vg.Points(60)
 	f := &Figure{Name: name, Title: title, Caption: caption, W: (panelW + bar) * vg.Length(perRow), H: ph * vg.Length(nrows), Data: panels}
 	f.Photo = true // micrographs and smooth maps: JPEG is a fraction of PNG's size
-	f.Draw = func(c draw.Canvas) {
-		for ri, rc := range splitRows(c, nrows, vg.Points(4)) {
-			for ci, cc := range split(rc, perRow, vg.Points(8)) {
-				k := ri*perRow + ci
-				if k >= len(panels) {
-					break
-				}
-				drawImage(cc, &panels[k])
-			}
-		}
-	}
+	f.Draw = grid(len(panels), perRow, func(c draw.Canvas, k int) { drawImage(c, &panels[k]) })
 	return f
 }
 

@@ -253,32 +253,21 @@ func colourBar(cm palette.ColorMap, r Range, unit string) *gplot.Plot {
 	return p
 }
 
-// split divides c into n columns of equal width (gap between them).
-func split(c draw.Canvas, n int, gap vg.Length) []draw.Canvas {
-	if n < 1 {
-		return nil
+// grid returns a Draw function that lays n panels out in rows of perRow
+// equal cells, the first row at the top, and draws panel k into its cell.
+func grid(n, perRow int, panel func(c draw.Canvas, k int)) func(draw.Canvas) {
+	perRow = max(1, perRow)
+	nrows := (n + perRow - 1) / perRow
+	return func(c draw.Canvas) {
+		const gapX, gapY = 8, 4 // points
+		w := (c.Max.X - c.Min.X - vg.Points(gapX)*vg.Length(perRow-1)) / vg.Length(perRow)
+		h := (c.Max.Y - c.Min.Y - vg.Points(gapY)*vg.Length(nrows-1)) / vg.Length(max(1, nrows))
+		for k := 0; k < n; k++ {
+			x0 := c.Min.X + vg.Length(k%perRow)*(w+vg.Points(gapX))
+			y1 := c.Max.Y - vg.Length(k/perRow)*(h+vg.Points(gapY))
+			panel(draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: x0, Y: y1 - h}, Max: vg.Point{X: x0 + w, Y: y1}}}, k)
+		}
 	}
-	w := (c.Max.X - c.Min.X - gap*vg.Length(n-1)) / vg.Length(n)
-	out := make([]draw.Canvas, n)
-	for i := range out {
-		x0 := c.Min.X + vg.Length(i)*(w+gap)
-		out[i] = draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: x0, Y: c.Min.Y}, Max: vg.Point{X: x0 + w, Y: c.Max.Y}}}
-	}
-	return out
-}
-
-// splitRows divides c into n rows of equal height, the first at the top.
-func splitRows(c draw.Canvas, n int, gap vg.Length) []draw.Canvas {
-	if n < 1 {
-		return nil
-	}
-	h := (c.Max.Y - c.Min.Y - gap*vg.Length(n-1)) / vg.Length(n)
-	out := make([]draw.Canvas, n)
-	for i := range out {
-		y1 := c.Max.Y - vg.Length(i)*(h+gap)
-		out[i] = draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: c.Min.X, Y: y1 - h}, Max: vg.Point{X: c.Max.X, Y: y1}}}
-	}
-	return out
 }
 
 // withBar draws main into c with a colour bar of width bw at its right.

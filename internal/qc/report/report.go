@@ -427,21 +427,7 @@ func rowLabel(cfg *config.Config, cycle, ch int) string {
 func heatPanels(cfg *config.Config, ms []qc.CycleMetrics, m measure, single string) []plot.HeatPanel {
 	var out []plot.HeatPanel
 	for _, ch := range cfg.Channels {
-		zset := map[int]bool{}
-		for _, cm := range ms {
-			for _, c := range cm.Channels {
-				if c.Channel == ch {
-					for _, p := range c.Planes {
-						zset[p.Z] = true
-					}
-				}
-			}
-		}
-		var zs []int
-		for z := range zset {
-			zs = append(zs, z)
-		}
-		sort.Ints(zs)
+		zs := qc.PlaneZs(ms, ch)
 		hp := plot.HeatPanel{Title: fmt.Sprintf("CH%d: %s", ch, m.title), Unit: m.unit, XLabel: "z-plane", YLabel: ""}
 		for _, z := range zs {
 			if single != "" && z == 0 {
@@ -537,12 +523,8 @@ func capital(s string) string {
 // ---- sections ---------------------------------------------------------------------------------------
 
 func (r *Report) stitchSection(ctx context.Context, cfg *config.Config, logs []StageLog) *Section {
-	s := &Section{ID: "stitch", Title: "Stitch (BaSiC correction, tile alignment, blending)",
-		Intro: "Statistics of the stitched planes data/processed/stitched/cycNN/CH{c}/{z}.tif (qc_plots/stitch/)."}
-	ms := r.Metrics["stitch"]
-	if n := missingNote(cfg, "stitch", ms); n != "" {
-		s.Notes = append(s.Notes, n)
-	}
+	s, ms := r.section(cfg, "stitch", "Stitch (BaSiC correction, tile alignment, blending)",
+		"Statistics of the stitched planes data/processed/stitched/cycNN/CH{c}/{z}.tif (qc_plots/stitch/).")
 	if len(ms) > 0 {
 		planeFigures(cfg, s, ms)
 	}
@@ -575,12 +557,19 @@ func (r *Report) stitchSection(ctx context.Context, cfg *config.Config, logs []S
 	return s
 }
 
-func (r *Report) deconSection(_ context.Context, cfg *config.Config, _ []StageLog) *Section {
-	s := &Section{ID: "decon", Title: "Deconvolution", Intro: "Statistics of the deconvolved planes data/processed/deconvolved/cycNN/CH{c}/deconv_{k}.tif (qc_plots/decon/)."}
-	ms := r.Metrics["decon"]
-	if n := missingNote(cfg, "decon", ms); n != "" {
+// section starts a stage's section with its metrics and a note naming the
+// cycles that have none.
+func (r *Report) section(cfg *config.Config, id, title, intro string) (*Section, []qc.CycleMetrics) {
+	s := &Section{ID: id, Title: title, Intro: intro}
+	ms := r.Metrics[id]
+	if n := missingNote(cfg, id, ms); n != "" {
 		s.Notes = append(s.Notes, n)
 	}
+	return s, ms
+}
+
+func (r *Report) deconSection(_ context.Context, cfg *config.Config, _ []StageLog) *Section {
+	s, ms := r.section(cfg, "decon", "Deconvolution", "Statistics of the deconvolved planes data/processed/deconvolved/cycNN/CH{c}/deconv_{k}.tif (qc_plots/decon/).")
 	if len(ms) > 0 {
 		planeFigures(cfg, s, ms)
 	}
@@ -588,11 +577,7 @@ func (r *Report) deconSection(_ context.Context, cfg *config.Config, _ []StageLo
 }
 
 func (r *Report) edfSection(_ context.Context, cfg *config.Config, _ []StageLog) *Section {
-	s := &Section{ID: "edf", Title: "Extended depth of field (EDF)", Intro: "Statistics of the EDF images data/processed/edf/cycNN/<marker>.tif (qc_plots/edf/)."}
-	ms := r.Metrics["edf"]
-	if n := missingNote(cfg, "edf", ms); n != "" {
-		s.Notes = append(s.Notes, n)
-	}
+	s, ms := r.section(cfg, "edf", "Extended depth of field (EDF)", "Statistics of the EDF images data/processed/edf/cycNN/<marker>.tif (qc_plots/edf/).")
 	s.Notes = append(s.Notes, "The EDF stage does not write its focus index map (the z-plane each output pixel comes from), so no index map is shown; "+
 		"the decon section's focus z-profiles show which planes are sharpest, and the EDF log's planes used (summary) which planes entered the fusion.")
 	if len(ms) == 0 {
@@ -1017,12 +1002,8 @@ func basicFigures(cfg *config.Config) (Table, []*plot.Figure, []string) {
 // ---- registration --------------------------------------------------------------------------------------
 
 func (r *Report) registrationSection(ctx context.Context, cfg *config.Config, _ []StageLog) *Section {
-	s := &Section{ID: "registration", Title: "Registration",
-		Intro: "Every cycle's DAPI is registered to the reference cycle's DAPI (rigid, then a smooth non-rigid field); every channel is warped with the cycle's transform."}
-	ms := r.Metrics["registration"]
-	if n := missingNote(cfg, "registration", ms); n != "" {
-		s.Notes = append(s.Notes, n)
-	}
+	s, ms := r.section(cfg, "registration", "Registration",
+		"Every cycle's DAPI is registered to the reference cycle's DAPI (rigid, then a smooth non-rigid field); every channel is warped with the cycle's transform.")
 	if t, ok := regTable(cfg, ms); ok {
 		s.Tables = append(s.Tables, t)
 	}
