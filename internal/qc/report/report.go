@@ -578,8 +578,14 @@ func (r *Report) deconSection(_ context.Context, cfg *config.Config, _ []StageLo
 
 func (r *Report) edfSection(_ context.Context, cfg *config.Config, _ []StageLog) *Section {
 	s, ms := r.section(cfg, "edf", "Extended depth of field (EDF)", "Statistics of the EDF images data/processed/edf/cycNN/<marker>.tif (qc_plots/edf/).")
-	s.Notes = append(s.Notes, "The EDF stage does not write its focus index map (the z-plane each output pixel comes from), so no index map is shown; "+
-		"the decon section's focus z-profiles show which planes are sharpest, and the EDF log's planes used (summary) which planes entered the fusion.")
+	s.Notes = append(s.Notes, "The EDF stage does not write its index map (the z-plane each output pixel comes from). Shown instead, per cycle: "+
+		"the sharpest deconvolved plane per block (qc_plots/decon/cycNN_metrics.json focus_map: the plane with the highest variance of the Laplacian in each block), "+
+		"which the EDF's per-pixel choice follows where the tissue has texture; the summary lists the planes the quality gate let into the fusion.")
+	for _, cm := range r.Metrics["decon"] {
+		if f := focusMapFigure(cfg, cm); f != nil {
+			s.Figures = append(s.Figures, f)
+		}
+	}
 	if len(ms) == 0 {
 		return s
 	}
@@ -597,6 +603,33 @@ func (r *Report) edfSection(_ context.Context, cfg *config.Config, _ []StageLog)
 		}
 	}
 	return s
+}
+
+// focusMapFigure shows a cycle's decon focus maps, one panel per channel.
+func focusMapFigure(cfg *config.Config, cm qc.CycleMetrics) *plot.Figure {
+	var panels []plot.ImagePanel
+	for _, ch := range cm.Channels {
+		fm := ch.FocusMap
+		if fm == nil || len(ch.Planes) == 0 || len(fm.BestZ) != fm.NX*fm.NY {
+			continue
+		}
+		v := make([]float64, len(fm.BestZ))
+		for i, z := range fm.BestZ {
+			v[i] = float64(z)
+		}
+		zs := qc.PlaneZs([]qc.CycleMetrics{cm}, ch.Channel)
+		panels = append(panels, plot.ImagePanel{Title: fmt.Sprintf("CH%d %s: sharpest plane per %d px block", ch.Channel, ch.Marker, fm.BlockPx),
+			W: float64(ch.Planes[0].Width), H: float64(ch.Planes[0].Height), Values: v, VW: fm.NX, VH: fm.NY, Unit: "z-plane",
+			Range: plot.Range{Min: float64(zs[0]), Max: float64(zs[len(zs)-1])}})
+	}
+	if len(panels) == 0 {
+		return nil
+	}
+	f := plot.Images("edf_"+config.CycleName(cm.Cycle)+"_focusmap", fmt.Sprintf("Sharpest deconvolved plane of %s per block", config.CycleName(cm.Cycle)),
+		"Per block, the z-plane (1-based) whose variance of the Laplacian is highest; a uniform map means one plane is in focus everywhere, a gradient a tilted section. Axes in full-resolution px.",
+		panels, min(len(panels), 2), vg.Points(330))
+	f.Data = panels
+	return f
 }
 
 // readPNG decodes a PNG file.

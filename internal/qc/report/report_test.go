@@ -273,6 +273,28 @@ func TestFiguresMatchMetrics(t *testing.T) {
 		}
 	}
 
+	// Focus maps: the decon metrics' best_z, block by block.
+	for _, c := range cfg.Cycles {
+		name := config.CycleName(c)
+		panels := figure(t, r, "edf_"+name+"_focusmap").Data.([]plot.ImagePanel)
+		chans := jsonDoc(t, filepath.Join(proj, "qc_plots", "decon", name+"_metrics.json"))["channels"].([]any)
+		if len(panels) != len(chans) {
+			t.Fatalf("%s: %d focus map panels, %d channels", name, len(panels), len(chans))
+		}
+		for i, ch := range chans {
+			fm := ch.(map[string]any)["focus_map"].(map[string]any)
+			best := fm["best_z"].([]any)
+			if p := panels[i]; p.VW != int(num(t, fm["nx"])) || p.VH != int(num(t, fm["ny"])) || len(p.Values) != len(best) {
+				t.Fatalf("%s panel %d: %d x %d, metrics %v x %v", name, i, p.VW, p.VH, fm["nx"], fm["ny"])
+			}
+			for b, v := range best {
+				if panels[i].Values[b] != num(t, v) {
+					t.Fatalf("%s panel %d block %d: %v, metrics %v", name, i, b, panels[i].Values[b], v)
+				}
+			}
+		}
+	}
+
 	// Seams: every grid neighbour pair scored, NCC in (0, 1] at the stitched positions.
 	for _, c := range cfg.Cycles {
 		d := figure(t, r, "stitch_"+config.CycleName(c)+"_grid").Data.(map[string]any)
