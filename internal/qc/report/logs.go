@@ -129,6 +129,9 @@ func ReadLogs(dir string) ([]StageLog, error) {
 		if e.IsDir() || m == nil {
 			continue
 		}
+		if m[1] == "qc_report" {
+			continue // this command's own log, being written
+		}
 		sl := StageLog{File: e.Name(), Rule: m[1]}
 		if m[2] != "" {
 			sl.Cycle, _ = strconv.Atoi(m[2])
