@@ -437,12 +437,26 @@ func TestPDFs(t *testing.T) {
 }
 
 // checkScript, appended to a copy of the page, writes every image's load
-// state and the amount of visible text into the DOM for --dump-dom.
+// state and the amount of visible text into the DOM for --dump-dom. An
+// image counts as loaded when it decoded, is laid out, and its bottom
+// twentieth is opaque when drawn on a canvas (every figure has an opaque
+// background; a truncated PNG or JPEG still reports its size but leaves the
+// rows it lacks transparent).
 const checkScript = `<script>
 window.addEventListener('load', function () {
   var imgs = document.images, ok = 0, bad = [];
   for (var i = 0; i < imgs.length; i++) {
-    if (imgs[i].complete && imgs[i].naturalWidth > 0 && imgs[i].getBoundingClientRect().width > 0) { ok++; } else { bad.push(imgs[i].alt); }
+    var im = imgs[i], good = im.complete && im.naturalWidth > 0 && im.getBoundingClientRect().width > 0;
+    if (good) {
+      var c = document.createElement('canvas');
+      c.width = im.naturalWidth; c.height = im.naturalHeight;
+      var g = c.getContext('2d');
+      g.drawImage(im, 0, 0);
+      var rows = Math.max(1, Math.floor(im.naturalHeight / 20));
+      var d = g.getImageData(0, im.naturalHeight - rows, im.naturalWidth, rows).data;
+      for (var k = 3; k < d.length; k += 4) { if (d[k] < 255) { good = false; break; } }
+    }
+    if (good) { ok++; } else { bad.push(im.alt); }
   }
   var p = document.createElement('pre');
   p.id = 'kintsugi-check';
