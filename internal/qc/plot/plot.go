@@ -272,7 +272,7 @@ func grid(n, perRow int, panel func(c draw.Canvas, k int)) func(draw.Canvas) {
 
 // withBar draws main into c with a colour bar of width bw at its right.
 func withBar(c draw.Canvas, main, bar *gplot.Plot) {
-	bw := min(vg.Points(70), (c.Max.X-c.Min.X)/3)
+	bw := min(vg.Points(85), (c.Max.X-c.Min.X)/3)
 	mc := c
 	mc.Max.X -= bw
 	bc := c
