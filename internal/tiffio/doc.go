@@ -16,8 +16,16 @@
 // Every page in the chain counts, reduced-resolution ones included. Sizes
 // from the header are checked before anything is allocated: chunks must lie
 // inside the file and compressed chunks cannot claim more than their
-// compression's maximum ratio; one page may decode to at most 16 GiB.
-// Sparse chunks (byte count 0) are treated as corrupt.
+// compression's maximum ratio; one page may decode to at most 16 GiB, and
+// one read call to at most DecodeLimit (the executables set it to their
+// memory budget, else the machine's memory). The chunks one read decodes may
+// not together span more bytes than the file has (strips or pages sharing
+// one payload are refused), so a small file cannot decode to a large one.
+// Sparse chunks (byte count 0) are treated as corrupt. Only regular files
+// are read: a FIFO, device, socket or directory is refused (ErrNotRegular)
+// before it is opened, and the open does not block. ReadGray16 and
+// ReadFloat32 read one plane and refuse a file of more pages, naming the
+// count; the *Pages readers read stacks.
 //
 // Writing produces little-endian, uncompressed, stripped TIFF (BitsPerSample
 // 16 with SampleFormat 1, or 32 with SampleFormat 3; Photometric

@@ -104,6 +104,9 @@ type file struct {
 	bo    binary.ByteOrder
 	big   bool
 	first int64 // offset of the first IFD
+
+	decoded int64  // image bytes claimed by this read so far (claim)
+	spanned uint64 // chunk bytes claimed by this read so far
 }
 
 // readAt fills p from offset off, or reports what was cut short.

@@ -2,7 +2,10 @@ package tiffio
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
@@ -17,13 +20,48 @@ type Info struct {
 	BigTIFF         bool
 }
 
-// open opens path and parses its header; the caller closes the file.
+// decodeLimit caps the decoded bytes of one read call (every page it
+// decodes, SubIFDs included); SetDecodeLimit sets it.
+var decodeLimit atomic.Int64
+
+func init() { decodeLimit.Store(16 << 30) }
+
+// SetDecodeLimit caps the decoded size (bytes) of every later read call: a
+// file whose headers claim more is refused before anything is allocated.
+// The executables set it to the machine's memory at start and to their
+// memory budget once it is known; bytes <= 0 leaves the limit alone. It
+// returns a function that restores the previous limit.
+func SetDecodeLimit(bytes int64) (restore func()) {
+	if bytes <= 0 {
+		return func() {}
+	}
+	prev := decodeLimit.Swap(bytes)
+	return func() { decodeLimit.Store(prev) }
+}
+
+// DecodeLimit is the current per-read decode cap in bytes.
+func DecodeLimit() int64 { return decodeLimit.Load() }
+
+// open opens path and parses its header; the caller closes the file. Only
+// regular files are opened (a FIFO, device or directory is refused before
+// open, and the open itself does not block: O_NONBLOCK, then fstat again in
+// case the path was swapped in between).
 func open(path string) (*os.File, *file, error) {
-	fh, err := os.Open(path)
+	st, err := os.Stat(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := fh.Stat()
+	if err := regular(st); err != nil {
+		return nil, nil, err
+	}
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err = fh.Stat()
+	if err == nil {
+		err = regular(st)
+	}
 	if err != nil {
 		fh.Close()
 		return nil, nil, err
@@ -34,6 +72,74 @@ func open(path string) (*os.File, *file, error) {
 		return nil, nil, err
 	}
 	return fh, f, nil
+}
+
+// regular refuses anything but a regular file, naming what it is.
+func regular(st fs.FileInfo) error {
+	if st.Mode().IsRegular() {
+		return nil
+	}
+	what := "a special file"
+	switch m := st.Mode(); {
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	case m&fs.ModeDevice != 0:
+		what = "a device"
+	}
+	return fmt.Errorf("%w (%s)", ErrNotRegular, what)
+}
+
+// claim reserves p's decoded size against the read's decode limit and its
+// chunks' bytes against the file's size, before p's image is allocated. The
+// chunks a read decodes cannot together span more bytes than the file has:
+// more means they overlap (strips or pages sharing one payload), which
+// would let a small file decode to an arbitrary size.
+func (f *file) claim(p *page) error {
+	f.decoded += p.imageBytes
+	lim := decodeLimit.Load()
+	if f.decoded > lim {
+		return unsupErr("page %d: decoding %d bytes (%dx%d %d-bit) exceeds this process's limit of %d bytes (its memory budget)",
+			p.index, f.decoded, p.width, p.height, p.bps, lim)
+	}
+	if need := p.chunkNeed(0); need > lim {
+		return unsupErr("page %d: one %s decodes to %d bytes, over this process's limit of %d bytes", p.index, p.chunkKind(), need, lim)
+	}
+	for i := range p.chunksAcross * p.chunksDown {
+		n := uint64(p.chunkNeed(i))
+		if p.compression != compNone {
+			n = p.counts[i]
+		}
+		f.spanned += n
+		if f.spanned > uint64(f.size) {
+			return formatErr("%ss of page %d claim more bytes than the file's %d: chunks overlap (shared payload)", p.chunkKind(), p.index, f.size)
+		}
+	}
+	return nil
+}
+
+// onePage counts the IFD chain and refuses more than one page where one
+// plane is expected.
+func (f *file) onePage() error {
+	n := 0
+	err := f.walk(func(page int, off int64) (bool, error) {
+		n = page + 1
+		return n < 2, nil
+	})
+	if err != nil {
+		return err
+	}
+	if n > 1 {
+		info, err := readInfo(f)
+		if err == nil {
+			n = info.Pages
+		}
+		return formatErr("file has %d pages, one plane expected", n)
+	}
+	return nil
 }
 
 func wrap(path string, err error) error {
@@ -97,6 +203,9 @@ func readGray16(f *file, all bool) ([]*raster.Gray16, error) {
 		if p.sf != sampleUint || p.bps != 16 {
 			return unsupErr("want 16-bit unsigned gray, page %d has %s samples", p.index, p.describeSample())
 		}
+		if err := f.claim(p); err != nil {
+			return err
+		}
 		img := raster.NewGray16(p.width, p.height)
 		bo := f.bo
 		err := f.decodePage(p, func(y, x int, row []byte) {
@@ -116,6 +225,9 @@ func readFloat32(f *file, all bool) ([]*raster.Float32, error) {
 	var out []*raster.Float32
 	err := f.eachPage(all, func(p *page) error {
 		kind, _ := sampleKind(p.sf, p.bps) // checked by parsePage
+		if err := f.claim(p); err != nil {
+			return err
+		}
 		img := raster.NewFloat32(p.width, p.height)
 		bo := f.bo
 		size := int(p.bytesPerSample)
@@ -138,6 +250,11 @@ func readPath[T any](path string, read func(*file, bool) ([]T, error), all bool)
 		return nil, wrap(path, err)
 	}
 	defer fh.Close()
+	if !all {
+		if err := f.onePage(); err != nil {
+			return nil, wrap(path, err)
+		}
+	}
 	out, err := read(f, all)
 	if err != nil {
 		return nil, wrap(path, err)
@@ -145,8 +262,8 @@ func readPath[T any](path string, read func(*file, bool) ([]T, error), all bool)
 	return out, nil
 }
 
-// ReadGray16 reads the first page, which must have one 16-bit unsigned
-// sample per pixel.
+// ReadGray16 reads a one-page file (a file of more pages is refused, naming
+// the count), which must have one 16-bit unsigned sample per pixel.
 func ReadGray16(path string) (*raster.Gray16, error) {
 	pages, err := readPath(path, readGray16, false)
 	if err != nil {
@@ -155,7 +272,7 @@ func ReadGray16(path string) (*raster.Gray16, error) {
 	return pages[0], nil
 }
 
-// ReadFloat32 reads the first page as float32: float pages as stored,
+// ReadFloat32 reads a one-page file as float32: float pages as stored,
 // integer pages converted to float counts (no rescaling).
 func ReadFloat32(path string) (*raster.Float32, error) {
 	pages, err := readPath(path, readFloat32, false)

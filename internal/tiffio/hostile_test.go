@@ -1,0 +1,158 @@
+package tiffio
+
+import (
+	"bytes"
+	"compress/zlib"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// sharedPayloadTIFF is a w x h uint16 Deflate file with one row per strip
+// whose strips all point at one compressed row of zeros: a few tens of KB
+// that claim w*h*2 decoded bytes.
+func sharedPayloadTIFF(w, h int) []byte {
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write(make([]byte, 2*w))
+	zw.Close()
+	le := binary.LittleEndian
+	const nEnt = 9
+	ifd := 8
+	offArr := ifd + 2 + 12*nEnt + 4
+	cntArr := offArr + 4*h
+	payload := cntArr + 4*h
+	b := le.AppendUint16([]byte("II"), 42)
+	b = le.AppendUint32(b, uint32(ifd))
+	b = le.AppendUint16(b, nEnt)
+	ent := func(tag, typ uint16, n, v uint32) {
+		b = le.AppendUint16(b, tag)
+		b = le.AppendUint16(b, typ)
+		b = le.AppendUint32(b, n)
+		b = le.AppendUint32(b, v)
+	}
+	ent(256, 4, 1, uint32(w))
+	ent(257, 4, 1, uint32(h))
+	ent(258, 3, 1, 16)
+	ent(259, 3, 1, 8)
+	ent(262, 3, 1, 1)
+	ent(273, 4, uint32(h), uint32(offArr))
+	ent(277, 3, 1, 1)
+	ent(278, 4, 1, 1)
+	ent(279, 4, uint32(h), uint32(cntArr))
+	b = le.AppendUint32(b, 0)
+	for range h {
+		b = le.AppendUint32(b, uint32(payload))
+	}
+	for range h {
+		b = le.AppendUint32(b, uint32(z.Len()))
+	}
+	return append(b, z.Bytes()...)
+}
+
+// TestSharedPayloadRefused: strips sharing one payload are refused before
+// the image is allocated (every reader), whatever the decode limit.
+func TestSharedPayloadRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bomb.tif")
+	b := sharedPayloadTIFF(4096, 4096) // ~50 KB claiming 32 MiB
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, read := range map[string]func(string) error{
+		"ReadGray16":       func(p string) error { _, err := ReadGray16(p); return err },
+		"ReadFloat32":      func(p string) error { _, err := ReadFloat32(p); return err },
+		"ReadGray16Pages":  func(p string) error { _, err := ReadGray16Pages(p); return err },
+		"ReadFloat32Pages": func(p string) error { _, err := ReadFloat32Pages(p); return err },
+	} {
+		err := read(path)
+		if err == nil || !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "overlap") || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s of a %d-byte file whose strips share one payload: %v, want a format error naming the file and the overlap", name, len(b), err)
+		}
+	}
+}
+
+// TestDecodeLimit: a page larger than the process's decode limit is refused
+// before allocating; the limit restores.
+func TestDecodeLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.tif")
+	if err := WriteGray16(path, raster.NewGray16(100, 50)); err != nil {
+		t.Fatal(err)
+	}
+	restore := SetDecodeLimit(100*50*2 - 1)
+	_, err := ReadGray16(path)
+	restore()
+	if err == nil || !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "limit of 9999 bytes") {
+		t.Fatalf("10000-byte page under a 9999-byte limit: %v", err)
+	}
+	if _, err := ReadGray16(path); err != nil {
+		t.Fatalf("after restore: %v", err)
+	}
+	// Pages add up: two pages of 10000 bytes under a 15000-byte limit.
+	two := filepath.Join(t.TempDir(), "two.tif")
+	if err := WriteGray16Pages(two, []*raster.Gray16{raster.NewGray16(100, 50), raster.NewGray16(100, 50)}); err != nil {
+		t.Fatal(err)
+	}
+	restore = SetDecodeLimit(15000)
+	_, err = ReadGray16Pages(two)
+	restore()
+	if err == nil || !strings.Contains(err.Error(), "page 1") {
+		t.Fatalf("two 10000-byte pages under a 15000-byte limit: %v", err)
+	}
+}
+
+// TestMultiPageRefusedAsPlane: the one-plane readers name the page count.
+func TestMultiPageRefusedAsPlane(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "three.tif")
+	if err := WriteGray16Pages(path, []*raster.Gray16{raster.NewGray16(4, 3), raster.NewGray16(4, 3), raster.NewGray16(4, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{func() error { _, e := ReadGray16(path); return e }(), func() error { _, e := ReadFloat32(path); return e }()} {
+		if err == nil || !strings.Contains(err.Error(), "3 pages, one plane expected") {
+			t.Errorf("3-page file read as one plane: %v", err)
+		}
+	}
+}
+
+// TestNonRegularRefused: a FIFO (which would block open), a device and a
+// directory are refused without blocking, by every entry point.
+func TestNonRegularRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.tif")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.tif")
+	if err := os.Symlink(fifo, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, link, os.DevNull, dir} {
+		done := make(chan error, 5)
+		go func() {
+			_, err := ReadInfo(p)
+			done <- err
+			_, err = ReadGray16(p)
+			done <- err
+			_, err = ReadFloat32Pages(p)
+			done <- err
+			_, err = ReadGray16SubIFDs(p, 0)
+			done <- err
+		}()
+		for range 4 {
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), p) {
+					t.Errorf("%s: %v, want ErrNotRegular naming the path", p, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: read blocked", p)
+			}
+		}
+	}
+}
