@@ -24,6 +24,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
 // Exit codes shared by every executable; ExitCodesHelp lists them for help texts.
@@ -186,8 +187,13 @@ func MemBudget(flagMB int, getenv func(string) string, lg *slog.Logger) (int64, 
 	if lg == nil {
 		lg = slog.Default()
 	}
-	lg.Info("memory budget", "mb", b/membudget.MB, "source", src)
+	if strings.Contains(src, "capped") {
+		lg.Warn("memory budget above the machine's memory: capped", "mb", b/membudget.MB, "source", src)
+	} else {
+		lg.Info("memory budget", "mb", b/membudget.MB, "source", src)
+	}
 	membudget.SetGoLimit(membudget.GoLimit(b))
+	tiffio.SetDecodeLimit(b) // no single TIFF read may decode to more than the budget
 	return b, src, nil
 }
 
@@ -233,10 +239,16 @@ func Main(app *cli.App) {
 	}
 	usageErrors(app.Commands)
 	exitCodesInHelp(app.Commands)
+	// Until a command resolves its memory budget, no TIFF read may decode to
+	// more than the machine's memory.
+	if m, _, err := (membudget.Env{}).Machine(); err == nil {
+		tiffio.SetDecodeLimit(m)
+	}
 	ctx, stop := SignalContext()
 	err := app.RunContext(ctx, os.Args)
 	interrupted := ctx.Err() != nil
 	stop()
+	err = requiredAsUsage(err)
 	if err != nil {
 		if interrupted && !errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w (interrupted: %w)", err, context.Canceled)
@@ -244,6 +256,24 @@ func Main(app *cli.App) {
 		slog.Error("failed", "err", err.Error(), "exit", ExitCode(err))
 	}
 	os.Exit(ExitCode(err))
+}
+
+// requiredAsUsage maps urfave/cli's errors for a missing required flag and
+// an unknown command (which bypass OnUsageError) to a UsageError, so they
+// exit ExitUsage like every other flag error.
+func requiredAsUsage(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	if m := err.Error(); strings.HasPrefix(m, "Required flag \"") || strings.HasPrefix(m, "Required flags \"") ||
+		strings.HasPrefix(m, "No help topic for '") {
+		return AsUsage(err)
+	}
+	return err
 }
 
 // usageErrors maps flag errors of subcommands to ExitUsage, as NewApp does
