@@ -1,0 +1,176 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Bounds on a config file, checked before and while it is parsed, so that a
+// hostile or mistaken file cannot hang or exhaust the process (and so that
+// the Snakefile, which validates the raw file with CheckRaw first, accepts
+// exactly what the executables accept). A real config is a few KB with a few
+// hundred nodes and at most a few dozen keys in one mapping.
+const (
+	MaxFileBytes      = 1 << 20 // bytes of the file
+	MaxNodes          = 100_000 // YAML nodes (scalars, sequences, mappings) in all
+	MaxKeysPerMapping = 1024    // keys of one mapping (yaml.v3's duplicate check is quadratic in them)
+	MaxDepth          = 64      // nesting of sequences and mappings
+)
+
+// LoadContext is Load, giving up with ctx's error when ctx is cancelled
+// between reading, parsing and validating (each is bounded by the limits
+// above: well under a second for the largest file accepted).
+func LoadContext(ctx context.Context, path string) (*Config, error) {
+	data, err := readBounded(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg, err := Parse(path, data)
+	if cerr := ctx.Err(); cerr != nil {
+		return nil, fmt.Errorf("config %s: %w", path, cerr)
+	}
+	return cfg, err
+}
+
+// CheckRaw checks a config file strictly as a file and as YAML, without the
+// schema: a regular file of at most MaxFileBytes, one YAML document, no
+// aliases or merge keys, no duplicate keys (1 and "1" are the same key, as
+// in the decoded config), at most MaxNodes nodes, MaxKeysPerMapping keys in
+// one mapping and MaxDepth levels. `kintsugi-config check --raw` runs it so
+// that the Snakefile refuses what the executables refuse before it loads
+// the file itself. Errors are *Error naming the file (and line).
+func CheckRaw(path string) error {
+	data, err := readBounded(path)
+	if err != nil {
+		return err
+	}
+	_, err = parseYAML(path, data)
+	return err
+}
+
+// readBounded reads a config file: only a regular file (a FIFO, device or
+// directory is refused before it is opened, and the open does not block),
+// of at most MaxFileBytes.
+func readBounded(path string) ([]byte, error) {
+	fail := func(err error) ([]byte, error) { return nil, fmt.Errorf("config %s: %w", path, err) }
+	st, err := os.Stat(path)
+	if err != nil {
+		return fail(err)
+	}
+	if err := regularFile(path, st); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return fail(err)
+	}
+	if err := regularFile(path, st); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return fail(err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file is larger than the %d-byte (1 MiB) limit on a config", MaxFileBytes)}
+	}
+	return data, nil
+}
+
+func regularFile(path string, st fs.FileInfo) error {
+	if st.Mode().IsRegular() {
+		return nil
+	}
+	return &Error{File: path, Msg: fmt.Sprintf("not a regular file (mode %v): a config must be a file", st.Mode().Type())}
+}
+
+// parseYAML parses data as one YAML document into plain Go values, after
+// the structural checks of CheckRaw on the node tree (linear in its size).
+func parseYAML(path string, data []byte) (any, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // empty file
+		}
+		return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
+	}
+	var second yaml.Node
+	if err := dec.Decode(&second); !errors.Is(err, io.EOF) {
+		line := second.Line
+		if err != nil {
+			return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
+		}
+		return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: a second YAML document (---): a config is one document", line)}
+	}
+	nodes := 0
+	if err := checkNode(path, &doc, 0, &nodes); err != nil {
+		return nil, err
+	}
+	var raw any
+	if err := doc.Decode(&raw); err != nil {
+		return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
+	}
+	return raw, nil
+}
+
+func checkNode(path string, n *yaml.Node, depth int, nodes *int) error {
+	fail := func(format string, args ...any) error {
+		return &Error{File: path, Msg: fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}
+	}
+	*nodes++
+	if *nodes > MaxNodes {
+		return fail("more than %d YAML nodes: not a config", MaxNodes)
+	}
+	if depth > MaxDepth {
+		return fail("nested more than %d levels deep", MaxDepth)
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		return fail("alias *%s: YAML aliases are not accepted in a config (write the value out)", n.Value)
+	case yaml.MappingNode:
+		if len(n.Content)/2 > MaxKeysPerMapping {
+			return fail("a mapping of %d keys (at most %d)", len(n.Content)/2, MaxKeysPerMapping)
+		}
+		seen := make(map[string]int, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return &Error{File: path, Msg: fmt.Sprintf("line %d: a key that is not a plain value", k.Line)}
+			}
+			if k.Tag == "!!merge" || (k.Value == "<<" && k.Style == 0) {
+				return &Error{File: path, Msg: fmt.Sprintf("line %d: merge key <<: not accepted in a config", k.Line)}
+			}
+			var kv any
+			if err := k.Decode(&kv); err != nil {
+				return &Error{File: path, Msg: fmt.Sprintf("line %d: key %q: %v", k.Line, k.Value, err)}
+			}
+			name := fmt.Sprint(kv)
+			if line, dup := seen[name]; dup {
+				return &Error{File: path, Key: name, Msg: fmt.Sprintf("line %d: duplicate key (first at line %d)", k.Line, line)}
+			}
+			seen[name] = k.Line
+		}
+	}
+	for _, c := range n.Content {
+		if err := checkNode(path, c, depth+1, nodes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
