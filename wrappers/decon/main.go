@@ -129,6 +129,9 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 }
 
 func tileCommand(ctx context.Context, o opts, in, out string, ch int) error {
+	if err := cliutil.CheckOutput("--out", out, in, o.configPath); err != nil {
+		return err
+	}
 	cfg, workers, eng, cpu, release, err := setup(o)
 	if err != nil {
 		return err

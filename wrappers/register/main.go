@@ -169,6 +169,9 @@ func pairCommand(ctx context.Context, o opts, cfgPath, fixed, moving, out string
 }
 
 func applyCommand(ctx context.Context, o opts, transform, in, out string) error {
+	if err := cliutil.CheckOutput("--out", out, in, transform); err != nil {
+		return err
+	}
 	be, _, _, closeBE, err := backend(o)
 	if err != nil {
 		return err
