@@ -54,4 +54,3 @@ func resolved(path string) string {
 	}
 	return abs
 }
-

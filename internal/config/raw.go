@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"syscall"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // Bounds on a config file, checked before and while it is parsed, so that a
@@ -59,44 +59,23 @@ func CheckRaw(path string) error {
 	return err
 }
 
-// readBounded reads a config file: only a regular file (a FIFO, device or
-// directory is refused before it is opened, and the open does not block),
-// of at most MaxFileBytes.
+// readBounded reads a config file: only a regular file (package safefile:
+// a FIFO, device or directory is refused before it is opened, and the open
+// does not block), of at most MaxFileBytes.
 func readBounded(path string) ([]byte, error) {
-	fail := func(err error) ([]byte, error) { return nil, fmt.Errorf("config %s: %w", path, err) }
-	st, err := os.Stat(path)
-	if err != nil {
-		return fail(err)
-	}
-	if err := regularFile(path, st); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return fail(err)
-	}
-	defer f.Close()
-	if st, err = f.Stat(); err != nil {
-		return fail(err)
-	}
-	if err := regularFile(path, st); err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return fail(err)
-	}
-	if len(data) > MaxFileBytes {
+	data, err := safefile.ReadFile(path, MaxFileBytes)
+	switch {
+	case errors.Is(err, safefile.ErrNotRegular):
+		return nil, &Error{File: path, Msg: err.Error() + ": a config must be a file"}
+	case errors.Is(err, safefile.ErrTooLarge):
 		return nil, &Error{File: path, Msg: fmt.Sprintf("file is larger than the %d-byte (1 MiB) limit on a config", MaxFileBytes)}
+	case err != nil:
+		if pe, ok := err.(*fs.PathError); ok && pe.Path == path {
+			err = fmt.Errorf("%s: %w", pe.Op, pe.Err)
+		}
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return data, nil
-}
-
-func regularFile(path string, st fs.FileInfo) error {
-	if st.Mode().IsRegular() {
-		return nil
-	}
-	return &Error{File: path, Msg: fmt.Sprintf("not a regular file (mode %v): a config must be a file", st.Mode().Type())}
 }
 
 // parseYAML parses data as one YAML document into plain Go values, after

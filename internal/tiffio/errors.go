@@ -20,7 +20,7 @@ var (
 	// ErrNotRegular marks a path that is not a regular file (a FIFO, device,
 	// socket or directory); it is refused before it is opened for reading,
 	// and is also an ErrFormat.
-	ErrNotRegular error = &kindError{msg: "not a regular file", parent: ErrFormat}
+	ErrNotRegular error = &kindError{msg: "cannot read", parent: ErrFormat}
 	// ErrUnsupported marks valid TIFF using a feature or pixel type this
 	// package does not handle.
 	ErrUnsupported error = &kindError{msg: "unsupported"}

@@ -1,13 +1,13 @@
 package tiffio
 
 import (
+	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // Info describes the first page of a file; Pages counts the IFD chain.
@@ -43,27 +43,14 @@ func SetDecodeLimit(bytes int64) (restore func()) {
 func DecodeLimit() int64 { return decodeLimit.Load() }
 
 // open opens path and parses its header; the caller closes the file. Only
-// regular files are opened (a FIFO, device or directory is refused before
-// open, and the open itself does not block: O_NONBLOCK, then fstat again in
-// case the path was swapped in between).
+// regular files are opened (package safefile: a FIFO, device or directory
+// is refused before the open, and the open does not block).
 func open(path string) (*os.File, *file, error) {
-	st, err := os.Stat(path)
+	fh, st, err := safefile.Open(path)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := regular(st); err != nil {
-		return nil, nil, err
-	}
-	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err = fh.Stat()
-	if err == nil {
-		err = regular(st)
-	}
-	if err != nil {
-		fh.Close()
+		if errors.Is(err, safefile.ErrNotRegular) {
+			err = fmt.Errorf("%w: %w", ErrNotRegular, err)
+		}
 		return nil, nil, err
 	}
 	f, err := openTIFF(fh, st.Size())
@@ -72,25 +59,6 @@ func open(path string) (*os.File, *file, error) {
 		return nil, nil, err
 	}
 	return fh, f, nil
-}
-
-// regular refuses anything but a regular file, naming what it is.
-func regular(st fs.FileInfo) error {
-	if st.Mode().IsRegular() {
-		return nil
-	}
-	what := "a special file"
-	switch m := st.Mode(); {
-	case m.IsDir():
-		what = "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		what = "a named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		what = "a socket"
-	case m&fs.ModeDevice != 0:
-		what = "a device"
-	}
-	return fmt.Errorf("%w (%s)", ErrNotRegular, what)
 }
 
 // claim reserves p's decoded size against the read's decode limit and its

@@ -1,0 +1,85 @@
+// Package safefile opens and reads input files that may be hostile or
+// mistaken: only regular files are opened (a FIFO, device, socket or
+// directory is refused before the open, and the open itself does not block:
+// O_NONBLOCK, then fstat again in case the path was swapped in between), and
+// whole-file reads are capped.
+package safefile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// ErrNotRegular is wrapped by the error for a path that is not a regular
+// file (after symlinks).
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrTooLarge is wrapped by ReadFile's error for a file over its cap.
+var ErrTooLarge = errors.New("file too large")
+
+// Open opens path for reading if it is a regular file (symlinks followed)
+// and returns it with its fstat. Errors are *fs.PathError or wrap
+// ErrNotRegular naming what the path is; they do not name the path.
+func Open(path string) (*os.File, fs.FileInfo, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := Regular(st); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st, err = f.Stat(); err == nil {
+		err = Regular(st)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// Regular is nil for a regular file, else an error wrapping ErrNotRegular
+// that says what st is ("a named pipe (FIFO)", "a device", ...).
+func Regular(st fs.FileInfo) error {
+	if st.Mode().IsRegular() {
+		return nil
+	}
+	what := "a special file"
+	switch m := st.Mode(); {
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	case m&fs.ModeDevice != 0:
+		what = "a device"
+	}
+	return fmt.Errorf("%w (%s)", ErrNotRegular, what)
+}
+
+// ReadFile reads a regular file of at most max bytes; a larger one is an
+// error wrapping ErrTooLarge that names the cap. Errors do not name the path.
+func ReadFile(path string, max int64) ([]byte, error) {
+	f, _, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: more than the %d-byte limit", ErrTooLarge, max)
+	}
+	return b, nil
+}
