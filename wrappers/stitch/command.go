@@ -177,11 +177,11 @@ func correctCommand(ctx context.Context, o commandOptions, t correctOptions) err
 	}
 	pages := make([]*raster.Gray16, len(cyc.Z))
 	for i, z := range cyc.Z {
-		prof, err := stitch.LoadProfile(filepath.Join(dir, fmt.Sprintf("%02d", z)))
+		raw, err := tiffio.ReadGray16(cyc.Path(t.Tile, z, t.Channel))
 		if err != nil {
 			return cliutil.AsUsage(err)
 		}
-		raw, err := tiffio.ReadGray16(cyc.Path(t.Tile, z, t.Channel))
+		prof, err := stitch.LoadProfile(filepath.Join(dir, fmt.Sprintf("%02d", z)), raw.W, raw.H)
 		if err != nil {
 			return cliutil.AsUsage(err)
 		}
