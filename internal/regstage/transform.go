@@ -67,7 +67,7 @@ func WriteTransform(dir, name string, r *register.Result, h, w int) error {
 	t.Rigid.Matrix = [2][3]float64{{a[0], a[1], b[0]}, {a[2], a[3], b[1]}}
 	if f := r.Mapping.Field; f != nil {
 		t.Field = &TransformField{f.NY, f.NX, f.Y0, f.X0, f.Step, pre + "field_dy.tif", pre + "field_dx.tif"}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return err
 		}
 		for _, c := range []struct {

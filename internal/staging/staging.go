@@ -69,7 +69,7 @@ func NewWithOptions(final string, o Options) (*Dir, error) {
 		o.Stage = filepath.Join(filepath.Base(filepath.Dir(final)), filepath.Base(final))
 	}
 	parent := filepath.Dir(final)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := os.MkdirAll(parent, 0o777); err != nil {
 		return nil, fmt.Errorf("output directory %s: %w", parent, err)
 	}
 	if err := replaceable(final); err != nil {
@@ -210,5 +210,5 @@ func WriteSentinel(path string, kv [][2]string) error {
 	for _, p := range kv {
 		b.WriteString(p[0] + "=" + p[1] + "\n")
 	}
-	return atomicfile.WriteBytes(path, []byte(b.String()), 0o644)
+	return atomicfile.WriteBytes(path, []byte(b.String()), 0o666) // under the umask
 }

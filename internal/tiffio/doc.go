@@ -32,7 +32,8 @@
 // BlackIsZero; PlanarConfig 1; strips of about 512 KiB; each page's IFD
 // just before its pixels), switching to BigTIFF when the file would exceed
 // 4 GiB - 1 MiB. Writes are atomic (package atomicfile): temp file in the
-// same directory, fsync, rename, directory fsync; mode 0644 under the umask.
+// same directory, fsync, rename, directory fsync; mode 0666 under the umask
+// (what creat(2) gives: 0644 under umask 022, 0664 under 002).
 //
 // Errors name the file ("tiff <path>: ...") and wrap ErrFormat (the file is
 // not valid TIFF; ErrTruncated is a kind of it) or ErrUnsupported (valid but
