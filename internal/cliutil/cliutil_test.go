@@ -105,10 +105,12 @@ func TestLoggerFormats(t *testing.T) {
 func TestFlagErrorsExitUsage(t *testing.T) {
 	app := NewApp("x", "", "", nil, nil)
 	app.Commands = []*cli.Command{{Name: "run", Flags: []cli.Flag{&cli.IntFlag{Name: "cycle", Required: true}},
-		Action: func(*cli.Context) error { return nil }}}
+		Action: func(*cli.Context) error { return nil }},
+		{Name: "tile", Flags: []cli.Flag{&cli.StringFlag{Name: "in", Required: true}, &cli.StringFlag{Name: "out", Required: true}},
+			Action: func(*cli.Context) error { return nil }}}
 	app.Writer, app.ErrWriter = io.Discard, io.Discard
 	usageErrors(app.Commands)
-	for _, args := range [][]string{{"x", "run"}, {"x", "frob"}, {"x", "run", "--cycle", "one"}} {
+	for _, args := range [][]string{{"x", "run"}, {"x", "tile"}, {"x", "tile", "--in", "a"}, {"x", "frob"}, {"x", "run", "--cycle", "one"}} {
 		err := requiredAsUsage(app.Run(args))
 		if code := ExitCode(err); code != ExitUsage {
 			t.Errorf("%v: %v: exit %d, want %d", args, err, code, ExitUsage)

@@ -42,3 +42,29 @@ func TestReadFile(t *testing.T) {
 		t.Errorf("missing: %v", err)
 	}
 }
+
+// TestSwappedAfterStat: a FIFO put in place between the stat and the open
+// neither blocks the open (O_NONBLOCK) nor is read (fstat again).
+func TestSwappedAfterStat(t *testing.T) {
+	dir := t.TempDir()
+	reg := filepath.Join(dir, "regular")
+	fifo := filepath.Join(dir, "fifo")
+	if err := os.WriteFile(reg, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stat = func(string) (os.FileInfo, error) { return os.Stat(reg) } // the check saw a regular file
+	defer func() { stat = os.Stat }()
+	done := make(chan error, 1)
+	go func() { _, err := ReadFile(fifo, 10); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) {
+			t.Errorf("FIFO swapped in after the stat: %v, want ErrNotRegular", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("open of a FIFO swapped in after the stat blocked")
+	}
+}
