@@ -25,7 +25,7 @@ var ErrTooLarge = errors.New("file too large")
 // and returns it with its fstat. Errors are *fs.PathError or wrap
 // ErrNotRegular naming what the path is; they do not name the path.
 func Open(path string) (*os.File, fs.FileInfo, error) {
-	st, err := os.Stat(path)
+	st, err := stat(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -45,6 +45,10 @@ func Open(path string) (*os.File, fs.FileInfo, error) {
 	}
 	return f, st, nil
 }
+
+// stat is os.Stat; a test swaps it to stand for a path replaced between the
+// stat and the open.
+var stat = os.Stat
 
 // Regular is nil for a regular file, else an error wrapping ErrNotRegular
 // that says what st is ("a named pipe (FIFO)", "a device", ...).
