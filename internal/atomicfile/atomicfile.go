@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // Write creates or replaces path with the bytes fill writes to w. perm is
@@ -81,25 +83,7 @@ func replaceable(path string) error {
 	if err != nil || st.Mode().IsRegular() {
 		return nil // absent, or unreadable (the rename reports it)
 	}
-	return fmt.Errorf("atomic write %s: the destination is %w (%s): refusing to replace it", path, ErrNotRegular, describe(st.Mode()))
-}
-
-func describe(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeSymlink != 0:
-		return "a symbolic link"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a block device"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	}
-	return "a special file"
+	return fmt.Errorf("atomic write %s: the destination is %w (%s): refusing to replace it", path, ErrNotRegular, safefile.Describe(st.Mode()))
 }
 
 // WriteBytes is Write with a fixed content.

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // CheckOutput is a usage error naming the flag when the output file out
@@ -18,7 +20,7 @@ func CheckOutput(flag, out string, inputs ...string) error {
 	lst, err := os.Lstat(out)
 	exists := err == nil
 	if exists && !lst.Mode().IsRegular() {
-		return Usagef("%s %s: exists and is not a regular file (%v): refusing to replace it", flag, out, lst.Mode().Type())
+		return Usagef("%s %s: exists and is not a regular file (%s): refusing to replace it", flag, out, safefile.Describe(lst.Mode()))
 	}
 	outDir := resolvedDir(out)
 	for _, in := range inputs {

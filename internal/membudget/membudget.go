@@ -105,11 +105,14 @@ func (e Env) Machine() (int64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
+	// A cgroup limit above the machine's memory is no limit.
 	if lim > 0 && lim < phys {
 		return lim, src, nil
 	}
-	return phys, "/proc/meminfo MemTotal", nil
+	return phys, sourceMemTotal, nil
 }
+
+const sourceMemTotal = "/proc/meminfo MemTotal"
 
 // mbBytes is mb x n MB in bytes, saturated at math.MaxInt64 (then capped at
 // the machine by Resolve) instead of overflowing.
@@ -157,19 +160,11 @@ func (e Env) resolve(flagMB int) (int64, string, error) {
 	} else if ok {
 		return mbBytes(v, 1), SourceMemMB, nil
 	}
-	phys, err := e.physical()
-	if err != nil {
-		return 0, "", err
+	m, src, err := e.Machine()
+	if err != nil || src != sourceMemTotal {
+		return m, src, err // the cgroup limit
 	}
-	lim, src, err := e.cgroupLimit()
-	if err != nil {
-		return 0, "", err
-	}
-	// A cgroup limit above the machine's memory is no limit.
-	if lim > 0 && lim < phys {
-		return lim, src, nil
-	}
-	return int64(float64(phys) * DefaultFraction), SourcePhysical, nil
+	return int64(float64(m) * DefaultFraction), SourcePhysical, nil
 }
 
 // intVar reads a non-negative (zeroOK) or positive integer variable.

@@ -56,18 +56,30 @@ func Regular(st fs.FileInfo) error {
 	if st.Mode().IsRegular() {
 		return nil
 	}
-	what := "a special file"
-	switch m := st.Mode(); {
+	return fmt.Errorf("%w (%s)", ErrNotRegular, Describe(st.Mode()))
+}
+
+// Describe names the kind of file m is: "a regular file", "a directory",
+// "a symbolic link", "a named pipe (FIFO)", "a socket", "a character
+// device", "a block device" or "a special file".
+func Describe(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
 	case m.IsDir():
-		what = "a directory"
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
 	case m&fs.ModeNamedPipe != 0:
-		what = "a named pipe (FIFO)"
+		return "a named pipe (FIFO)"
 	case m&fs.ModeSocket != 0:
-		what = "a socket"
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
 	case m&fs.ModeDevice != 0:
-		what = "a device"
+		return "a block device"
 	}
-	return fmt.Errorf("%w (%s)", ErrNotRegular, what)
+	return "a special file"
 }
 
 // ReadFile reads a regular file of at most max bytes; a larger one is an

@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // Dir is a staging directory for the final directory Final.
@@ -107,18 +108,7 @@ func replaceable(final string) error {
 	if err != nil || st.IsDir() {
 		return nil // absent (or unreadable: the rename reports it)
 	}
-	what := "a regular file"
-	switch m := st.Mode(); {
-	case m&fs.ModeSymlink != 0:
-		what = "a symbolic link"
-	case m&fs.ModeDevice != 0:
-		what = "a device"
-	case m&fs.ModeNamedPipe != 0:
-		what = "a named pipe"
-	case m&fs.ModeSocket != 0:
-		what = "a socket"
-	}
-	return fmt.Errorf("output %s is %s, %w: refusing to replace it (move it away)", final, what, ErrNotReplaceable)
+	return fmt.Errorf("output %s is %s, %w: refusing to replace it (move it away)", final, safefile.Describe(st.Mode()), ErrNotReplaceable)
 }
 
 // mkdirStaging creates a new directory prefix<random> in parent with the

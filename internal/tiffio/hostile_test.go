@@ -1,9 +1,6 @@
 package tiffio
 
 import (
-	"bytes"
-	"compress/zlib"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,55 +10,14 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio/tiffiotest"
 )
-
-// sharedPayloadTIFF is a w x h uint16 Deflate file with one row per strip
-// whose strips all point at one compressed row of zeros: a few tens of KB
-// that claim w*h*2 decoded bytes.
-func sharedPayloadTIFF(w, h int) []byte {
-	var z bytes.Buffer
-	zw := zlib.NewWriter(&z)
-	zw.Write(make([]byte, 2*w))
-	zw.Close()
-	le := binary.LittleEndian
-	const nEnt = 9
-	ifd := 8
-	offArr := ifd + 2 + 12*nEnt + 4
-	cntArr := offArr + 4*h
-	payload := cntArr + 4*h
-	b := le.AppendUint16([]byte("II"), 42)
-	b = le.AppendUint32(b, uint32(ifd))
-	b = le.AppendUint16(b, nEnt)
-	ent := func(tag, typ uint16, n, v uint32) {
-		b = le.AppendUint16(b, tag)
-		b = le.AppendUint16(b, typ)
-		b = le.AppendUint32(b, n)
-		b = le.AppendUint32(b, v)
-	}
-	ent(256, 4, 1, uint32(w))
-	ent(257, 4, 1, uint32(h))
-	ent(258, 3, 1, 16)
-	ent(259, 3, 1, 8)
-	ent(262, 3, 1, 1)
-	ent(273, 4, uint32(h), uint32(offArr))
-	ent(277, 3, 1, 1)
-	ent(278, 4, 1, 1)
-	ent(279, 4, uint32(h), uint32(cntArr))
-	b = le.AppendUint32(b, 0)
-	for range h {
-		b = le.AppendUint32(b, uint32(payload))
-	}
-	for range h {
-		b = le.AppendUint32(b, uint32(z.Len()))
-	}
-	return append(b, z.Bytes()...)
-}
 
 // TestSharedPayloadRefused: strips sharing one payload are refused before
 // the image is allocated (every reader), whatever the decode limit.
 func TestSharedPayloadRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bomb.tif")
-	b := sharedPayloadTIFF(4096, 4096) // ~50 KB claiming 32 MiB
+	b := tiffiotest.SharedStrips(4096, 4096) // ~50 KB claiming 32 MiB
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,6 @@
 package badinput
 
 import (
-	"bytes"
-	"compress/zlib"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,49 +10,8 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio/tiffiotest"
 )
-
-// sharedStrips is a w x h uint16 Deflate TIFF, one row per strip, whose
-// strips all point at one compressed row of zeros: tiny on disk, w*h*2
-// bytes decoded (the 180 KB file claimed 16 GB). Built byte by byte,
-// independently of package tiffio.
-func sharedStrips(w, h int) []byte {
-	var z bytes.Buffer
-	zw := zlib.NewWriter(&z)
-	zw.Write(make([]byte, 2*w))
-	zw.Close()
-	le := binary.LittleEndian
-	const nEnt = 9
-	offArr := 8 + 2 + 12*nEnt + 4
-	cntArr := offArr + 4*h
-	payload := cntArr + 4*h
-	var b bytes.Buffer
-	b.WriteString("II")
-	binary.Write(&b, le, uint16(42))
-	binary.Write(&b, le, uint32(8))
-	binary.Write(&b, le, uint16(nEnt))
-	for _, e := range [][4]uint32{{256, 4, 1, uint32(w)}, {257, 4, 1, uint32(h)}, {258, 3, 1, 16}, {259, 3, 1, 8}, {262, 3, 1, 1},
-		{273, 4, uint32(h), uint32(offArr)}, {277, 3, 1, 1}, {278, 4, 1, 1}, {279, 4, uint32(h), uint32(cntArr)}} {
-		binary.Write(&b, le, uint16(e[0]))
-		binary.Write(&b, le, uint16(e[1]))
-		binary.Write(&b, le, e[2])
-		if e[1] == 3 {
-			binary.Write(&b, le, uint16(e[3]))
-			binary.Write(&b, le, uint16(0))
-		} else {
-			binary.Write(&b, le, e[3])
-		}
-	}
-	binary.Write(&b, le, uint32(0))
-	for range h {
-		binary.Write(&b, le, uint32(payload))
-	}
-	for range h {
-		binary.Write(&b, le, uint32(z.Len()))
-	}
-	b.Write(z.Bytes())
-	return b.Bytes()
-}
 
 func mkfifo(t *testing.T, path string) {
 	t.Helper()
@@ -128,9 +84,9 @@ func hostile() []badCase {
 		return func(t *testing.T, p *project) []string {
 			in := filepath.Join(p.Dir, "bomb.tif")
 			if exe == "register" {
-				write(t, in, sharedStrips(200, 160)) // the fixed image's size
+				write(t, in, tiffiotest.SharedStrips(200, 160)) // the fixed image's size
 			} else {
-				write(t, in, sharedStrips(4096, 4096))
+				write(t, in, tiffiotest.SharedStrips(4096, 4096))
 			}
 			out := filepath.Join(p.Dir, "out.tif")
 			switch exe {
@@ -180,7 +136,7 @@ func hostile() []badCase {
 			}
 		}), nil, "", 2, "1_00004_Z001_CH2.tif: 2 pages"},
 		{"stitch", "tile whose strips share one payload", stitchEdit(func(t *testing.T, p *project) {
-			write(t, p.tile(2, 1, 1), sharedStrips(200, 160))
+			write(t, p.tile(2, 1, 1), tiffiotest.SharedStrips(200, 160))
 		}), nil, "", 2, "overlap"},
 		{"stitch", "z-planes with a gap (Z001, Z003 for n_zplanes 2)", stitchEdit(func(t *testing.T, p *project) {
 			p.editConfig(t, "n_zplanes: 1", "n_zplanes: 2")
