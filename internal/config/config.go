@@ -5,6 +5,11 @@
 // Units: xy_pixel_size and z_step_size in nm, wavelengths in nm, tile_overlap a
 // fraction in (0, 1), pou in percent of the tile size, blend_sigma in px,
 // mem_* in MB, time_* in minutes.
+//
+// Loading is bounded (raw.go): a regular file of at most MaxFileBytes, one
+// YAML document without aliases, merge keys or duplicate keys, and caps on
+// nodes, keys per mapping and depth, so parsing is linear in the file.
+// CheckRaw applies those rules alone (kintsugi-config check --raw).
 package config
 
 import (
