@@ -98,58 +98,79 @@ func parseYAML(path string, data []byte) (any, error) {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: a second YAML document (---): a config is one document", line)}
 	}
 	nodes := 0
-	if err := checkNode(path, &doc, 0, &nodes); err != nil {
-		return nil, err
-	}
-	var raw any
-	if err := doc.Decode(&raw); err != nil {
-		return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
-	}
-	return raw, nil
+	return value(path, &doc, 0, &nodes)
 }
 
-func checkNode(path string, n *yaml.Node, depth int, nodes *int) error {
+// value checks the node tree (CheckRaw's rules) and converts it to plain Go
+// values as yaml.v3 would (maps with string keys: a key 1 becomes "1", as
+// jsonLike then writes it), in one linear pass: yaml.v3's own decoding
+// compares the keys of a mapping pairwise.
+func value(path string, n *yaml.Node, depth int, nodes *int) (any, error) {
 	fail := func(format string, args ...any) error {
 		return &Error{File: path, Msg: fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}
 	}
 	*nodes++
 	if *nodes > MaxNodes {
-		return fail("more than %d YAML nodes: not a config", MaxNodes)
+		return nil, fail("more than %d YAML nodes: not a config", MaxNodes)
 	}
 	if depth > MaxDepth {
-		return fail("nested more than %d levels deep", MaxDepth)
+		return nil, fail("nested more than %d levels deep", MaxDepth)
 	}
 	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 0 {
+			return nil, nil
+		}
+		return value(path, n.Content[0], depth+1, nodes)
 	case yaml.AliasNode:
-		return fail("alias *%s: YAML aliases are not accepted in a config (write the value out)", n.Value)
+		return nil, fail("alias *%s: YAML aliases are not accepted in a config (write the value out)", n.Value)
+	case yaml.ScalarNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, fail("%v", err)
+		}
+		return v, nil
+	case yaml.SequenceNode:
+		out := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			v, err := value(path, c, depth+1, nodes)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
 	case yaml.MappingNode:
 		if len(n.Content)/2 > MaxKeysPerMapping {
-			return fail("a mapping of %d keys (at most %d)", len(n.Content)/2, MaxKeysPerMapping)
+			return nil, fail("a mapping of %d keys (at most %d)", len(n.Content)/2, MaxKeysPerMapping)
 		}
-		seen := make(map[string]int, len(n.Content)/2)
+		out := make(map[string]any, len(n.Content)/2)
+		lines := make(map[string]int, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
+			*nodes++
 			if k.Kind != yaml.ScalarNode {
-				return &Error{File: path, Msg: fmt.Sprintf("line %d: a key that is not a plain value", k.Line)}
+				return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: a key that is not a plain value", k.Line)}
 			}
 			if k.Tag == "!!merge" || (k.Value == "<<" && k.Style == 0) {
-				return &Error{File: path, Msg: fmt.Sprintf("line %d: merge key <<: not accepted in a config", k.Line)}
+				return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: merge key <<: not accepted in a config", k.Line)}
 			}
 			var kv any
 			if err := k.Decode(&kv); err != nil {
-				return &Error{File: path, Msg: fmt.Sprintf("line %d: key %q: %v", k.Line, k.Value, err)}
+				return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: key %q: %v", k.Line, k.Value, err)}
 			}
 			name := fmt.Sprint(kv)
-			if line, dup := seen[name]; dup {
-				return &Error{File: path, Key: name, Msg: fmt.Sprintf("line %d: duplicate key (first at line %d)", k.Line, line)}
+			if line, dup := lines[name]; dup {
+				return nil, &Error{File: path, Key: name, Msg: fmt.Sprintf("line %d: duplicate key (first at line %d)", k.Line, line)}
 			}
-			seen[name] = k.Line
+			lines[name] = k.Line
+			v, err := value(path, n.Content[i+1], depth+1, nodes)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = v
 		}
+		return out, nil
 	}
-	for _, c := range n.Content {
-		if err := checkNode(path, c, depth+1, nodes); err != nil {
-			return err
-		}
-	}
-	return nil
+	return nil, fail("unexpected YAML node kind %d", n.Kind)
 }
