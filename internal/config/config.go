@@ -7,7 +7,7 @@
 // mem_* in MB, time_* in minutes.
 //
 // Loading is bounded (raw.go): a regular file of at most MaxFileBytes, one
-// YAML document without aliases, merge keys or duplicate keys, and caps on
+// YAML document without anchors, aliases, merge keys or duplicate keys, and caps on
 // nodes, keys per mapping and depth, so parsing is linear in the file.
 // CheckRaw applies those rules alone (kintsugi-config check --raw).
 package config

@@ -44,8 +44,8 @@ func LoadContext(ctx context.Context, path string) (*Config, error) {
 }
 
 // CheckRaw checks a config file strictly as a file and as YAML, without the
-// schema: a regular file of at most MaxFileBytes, one YAML document, no
-// aliases or merge keys, no duplicate keys (1 and "1" are the same key, as
+// schema: a regular file of at most MaxFileBytes, not empty, one YAML
+// document, no anchors, aliases or merge keys, no duplicate keys (1 and "1" are the same key, as
 // in the decoded config), at most MaxNodes nodes, MaxKeysPerMapping keys in
 // one mapping and MaxDepth levels. `kintsugi-config check --raw` runs it so
 // that the Snakefile refuses what the executables refuse before it loads
@@ -55,7 +55,10 @@ func CheckRaw(path string) error {
 	if err != nil {
 		return err
 	}
-	_, err = parseYAML(path, data)
+	raw, err := parseYAML(path, data)
+	if err == nil && raw == nil {
+		return &Error{File: path, Msg: "empty file; see the documented example config.yaml"}
+	}
 	return err
 }
 
@@ -95,19 +98,19 @@ func parseYAML(path string, data []byte) (any, error) {
 		if err != nil {
 			return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
 		}
-		return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: a second YAML document (---): a config is one document", line)}
+		return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: more than one YAML document (a second '---'): a config is one document", line)}
 	}
 	nodes := 0
-	return value(path, &doc, 0, &nodes)
+	return value(path, &doc, "", 0, &nodes)
 }
 
 // value checks the node tree (CheckRaw's rules) and converts it to plain Go
 // values as yaml.v3 would (maps with string keys: a key 1 becomes "1", as
 // jsonLike then writes it), in one linear pass: yaml.v3's own decoding
 // compares the keys of a mapping pairwise.
-func value(path string, n *yaml.Node, depth int, nodes *int) (any, error) {
+func value(path string, n *yaml.Node, at string, depth int, nodes *int) (any, error) {
 	fail := func(format string, args ...any) error {
-		return &Error{File: path, Msg: fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}
+		return &Error{File: path, Key: at, Msg: fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}
 	}
 	*nodes++
 	if *nodes > MaxNodes {
@@ -116,14 +119,17 @@ func value(path string, n *yaml.Node, depth int, nodes *int) (any, error) {
 	if depth > MaxDepth {
 		return nil, fail("nested more than %d levels deep", MaxDepth)
 	}
+	if n.Anchor != "" {
+		return nil, fail("YAML anchor &%s: anchors are refused in a config (write the value out)", n.Anchor)
+	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
 			return nil, nil
 		}
-		return value(path, n.Content[0], depth+1, nodes)
+		return value(path, n.Content[0], at, depth+1, nodes)
 	case yaml.AliasNode:
-		return nil, fail("alias *%s: YAML aliases are not accepted in a config (write the value out)", n.Value)
+		return nil, fail("YAML alias *%s: aliases are refused in a config (write the value out)", n.Value)
 	case yaml.ScalarNode:
 		var v any
 		if err := n.Decode(&v); err != nil {
@@ -133,7 +139,7 @@ func value(path string, n *yaml.Node, depth int, nodes *int) (any, error) {
 	case yaml.SequenceNode:
 		out := make([]any, len(n.Content))
 		for i, c := range n.Content {
-			v, err := value(path, c, depth+1, nodes)
+			v, err := value(path, c, fmt.Sprintf("%s[%d]", at, i), depth+1, nodes)
 			if err != nil {
 				return nil, err
 			}
@@ -142,29 +148,36 @@ func value(path string, n *yaml.Node, depth int, nodes *int) (any, error) {
 		return out, nil
 	case yaml.MappingNode:
 		if len(n.Content)/2 > MaxKeysPerMapping {
-			return nil, fail("a mapping of %d keys (at most %d)", len(n.Content)/2, MaxKeysPerMapping)
+			return nil, fail("%d keys in one mapping: at most %d", len(n.Content)/2, MaxKeysPerMapping)
 		}
 		out := make(map[string]any, len(n.Content)/2)
 		lines := make(map[string]int, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
 			*nodes++
+			if k.Kind == yaml.AliasNode || k.Anchor != "" {
+				return nil, &Error{File: path, Key: at, Msg: fmt.Sprintf("line %d: a YAML alias or anchor as a mapping key: refused", k.Line)}
+			}
 			if k.Kind != yaml.ScalarNode {
-				return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: a key that is not a plain value", k.Line)}
+				return nil, &Error{File: path, Key: at, Msg: fmt.Sprintf("line %d: a %s as a mapping key: want a plain key", k.Line, kindName(k.Kind))}
 			}
 			if k.Tag == "!!merge" || (k.Value == "<<" && k.Style == 0) {
-				return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: merge key <<: not accepted in a config", k.Line)}
+				return nil, &Error{File: path, Key: at, Msg: fmt.Sprintf("line %d: merge key '<<': refused in a config (write the values out)", k.Line)}
 			}
 			var kv any
 			if err := k.Decode(&kv); err != nil {
 				return nil, &Error{File: path, Msg: fmt.Sprintf("line %d: key %q: %v", k.Line, k.Value, err)}
 			}
 			name := fmt.Sprint(kv)
+			sub := name
+			if at != "" {
+				sub = at + "." + name
+			}
 			if line, dup := lines[name]; dup {
-				return nil, &Error{File: path, Key: name, Msg: fmt.Sprintf("line %d: duplicate key (first at line %d)", k.Line, line)}
+				return nil, &Error{File: path, Key: sub, Msg: fmt.Sprintf("line %d: duplicate key (first at line %d)", k.Line, line)}
 			}
 			lines[name] = k.Line
-			v, err := value(path, n.Content[i+1], depth+1, nodes)
+			v, err := value(path, n.Content[i+1], sub, depth+1, nodes)
 			if err != nil {
 				return nil, err
 			}
@@ -173,4 +186,14 @@ func value(path string, n *yaml.Node, depth int, nodes *int) (any, error) {
 		return out, nil
 	}
 	return nil, fail("unexpected YAML node kind %d", n.Kind)
+}
+
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "sequence"
+	}
+	return "non-scalar"
 }

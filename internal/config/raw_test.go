@@ -44,13 +44,13 @@ func manyKeys(n int) string {
 func TestHostileConfigs(t *testing.T) {
 	deep := "a: " + strings.Repeat("[", 200) + strings.Repeat("]", 200) + "\n"
 	cases := []struct{ name, data, want string }{
-		{"alias", minimal + "extra: &x 1\nother: *x\n", "alias *x"},
-		{"alias bomb", aliasBomb(), "alias *a0"},
+		{"anchor and alias", minimal + "extra: &x 1\nother: *x\n", "anchor &x"},
+		{"alias bomb", aliasBomb(), "anchor &a0"},
 		{"merge key", minimal + "decon: {<<: {iterations: 3}}\n", "merge key"},
 		{"duplicate key", minimal + "pou: 0.7\n", "key pou: line"},
-		{"duplicate key 1 and \"1\"", strings.Replace(minimal, "channel_names: {1:", `channel_names: {"2": [a, b, c, d], 1:`, 1), "key 2: line"},
-		{"second document", minimal + "---\npou: 0.9\n", "second YAML document"},
-		{"too many keys in one mapping", manyKeys(MaxKeysPerMapping + 1), fmt.Sprintf("mapping of %d keys", MaxKeysPerMapping+1)},
+		{"duplicate key 1 and \"1\"", strings.Replace(minimal, "channel_names: {1:", `channel_names: {"2": [a, b, c, d], 1:`, 1), "key channel_names.2: line"},
+		{"second document", minimal + "---\npou: 0.9\n", "more than one YAML document"},
+		{"too many keys in one mapping", manyKeys(MaxKeysPerMapping + 1), fmt.Sprintf("%d keys in one mapping", MaxKeysPerMapping+1)},
 		{"too deep", deep, "nested more than"},
 		{"too many nodes", minimal + "x: [" + strings.Repeat("1,", MaxNodes) + "1]\n", "YAML nodes"},
 		{"over the size limit", minimal + "# " + strings.Repeat("x", MaxFileBytes) + "\n", "1 MiB"},

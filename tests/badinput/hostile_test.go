@@ -113,20 +113,20 @@ func hostile() []badCase {
 		{"stitch", "config with a YAML alias", stitchEdit(func(t *testing.T, p *project) {
 			p.editConfig(t, "  - 2\noutput_format", "  - &two 2\noutput_format")
 			p.editConfig(t, "tile_rows: 2", "tile_rows: *two")
-		}), nil, "", 2, "alias *two"},
+		}), nil, "", 2, "anchor &two"},
 		{"stitch", "config key given twice (as 1 and \"1\")", stitchEdit(func(t *testing.T, p *project) {
 			p.editConfig(t, "channel_names:\n", "channel_names:\n  \"1\": [X, Y]\n")
 		}), nil, "", 2, "duplicate key"},
 		{"stitch", "config of two YAML documents", stitchEdit(func(t *testing.T, p *project) {
 			p.editConfig(t, "pou: 0.5\n", "pou: 0.5\n---\npou: 0.9\n")
-		}), nil, "", 2, "second YAML document"},
+		}), nil, "", 2, "more than one YAML document"},
 		{"stitch", "config mapping of 5000 keys (quadratic in yaml.v3)", stitchEdit(func(t *testing.T, p *project) {
 			var b strings.Builder
 			for i := range 5000 {
 				fmt.Fprintf(&b, "  k%d: 1\n", i)
 			}
 			p.editConfig(t, "resources:\n", "resources:\n"+b.String())
-		}), nil, "", 2, "keys (at most 1024)"},
+		}), nil, "", 2, "keys in one mapping: at most 1024"},
 		// raw tiles that hung or were read wrong
 		{"stitch", "tile a FIFO (open would block)", stitchEdit(func(t *testing.T, p *project) { mkfifo(t, p.tile(3, 1, 1)) }), nil, "", 2, "named pipe"},
 		{"stitch", "tile multi-page (read as its first page before)", stitchEdit(func(t *testing.T, p *project) {
