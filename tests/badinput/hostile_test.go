@@ -188,6 +188,9 @@ func hostile() []badCase {
 			os.Symlink(p.tile(1, 1, 1), link)
 			return []string{"tile", "--in", p.tile(1, 1, 1), "--out", link, "--device", "cpu"}
 		}, nil, "", 2, "not a regular file"},
+		{"register", "pair --out the moving image's directory (would replace it)", func(_ *testing.T, p *project) []string {
+			return []string{"pair", "--fixed", p.tile(1, 1, 1), "--moving", p.tile(1, 1, 2), "--out", p.Raw, "--device", "cpu"}
+		}, nil, "", 2, "is the input"},
 		{"register", "apply --out a FIFO (would be replaced by a file)", func(t *testing.T, p *project) []string {
 			args := apply("rigid.tx_px", "0")(t, p)
 			mkfifo(t, args[len(args)-3])
