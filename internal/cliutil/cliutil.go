@@ -136,6 +136,10 @@ func lookup(c *cli.Context, name string) string {
 	return c.String(name)
 }
 
+// MaxWorkers bounds the worker count (flag or environment): per-worker
+// buffers must not be sized from an absurd value.
+const MaxWorkers = 1 << 12
+
 // WorkersFlag is the --workers flag (0: from the environment).
 func WorkersFlag() cli.Flag {
 	return &cli.IntFlag{Name: "workers", Usage: "worker goroutines (0: SLURM_CPUS_PER_TASK, then cpus_per_task, then the number of CPUs)"}
@@ -148,8 +152,8 @@ func WorkersFlag() cli.Flag {
 // naming the variable, never a silent default. It returns the count and
 // where it came from.
 func Workers(flag int, getenv func(string) string) (int, string, error) {
-	if flag < 0 {
-		return 0, "", Usagef("--workers %d: must be >= 0", flag)
+	if flag < 0 || flag > MaxWorkers {
+		return 0, "", Usagef("--workers %d: want 0..%d", flag, MaxWorkers)
 	}
 	if flag > 0 {
 		return flag, "--workers", nil
@@ -160,8 +164,8 @@ func Workers(flag int, getenv func(string) string) (int, string, error) {
 			continue
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return 0, "", Usagef("environment variable %s=%q: want a positive integer", name, v)
+		if err != nil || n <= 0 || n > MaxWorkers {
+			return 0, "", Usagef("environment variable %s=%q: want a positive integer up to %d", name, v, MaxWorkers)
 		}
 		return n, name, nil
 	}

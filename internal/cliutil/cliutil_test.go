@@ -31,6 +31,9 @@ func TestWorkers(t *testing.T) {
 		{0, map[string]string{"cpus_per_task": "0"}, 0, "", "cpus_per_task"},
 		{0, map[string]string{"cpus_per_task": "-2"}, 0, "", "cpus_per_task"},
 		{-1, nil, 0, "", "--workers"},
+		{MaxWorkers, nil, MaxWorkers, "--workers", ""},
+		{MaxWorkers + 1, nil, 0, "", "--workers 4097: want 0..4096"},
+		{0, map[string]string{"SLURM_CPUS_PER_TASK": "1000000"}, 0, "", "SLURM_CPUS_PER_TASK"},
 	}
 	for _, tc := range cases {
 		n, src, err := Workers(tc.flag, env(tc.env))

@@ -2,6 +2,8 @@ package tiffio
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +111,31 @@ func TestNonRegularRefused(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatalf("%s: read blocked", p)
 			}
+		}
+	}
+}
+
+// TestOversizedTilesRefused: a tile far larger than its image (which would
+// make a tiny image claim a large decode buffer) is refused; a 256 x 256
+// tile of a 100 x 100 image, as tiled writers make, is read.
+func TestOversizedTilesRefused(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 1))
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		tw, th int
+		want   string // "" = read
+	}{{256, 256, ""}, {8192, 16, "tile width 8192"}, {16, 8192, "tile length 8192"}} {
+		p := filepath.Join(dir, fmt.Sprintf("t%dx%d.tif", tc.tw, tc.th))
+		b := buildTIFF(u16Pages(rng, 1, 100, 100), buildOpts{bps: 16, sf: 1, comp: compDeflate, tileW: tc.tw, tileH: tc.th})
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ReadGray16(p)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%dx%d tiles of a 100x100 image: %v", tc.tw, tc.th, err)
+		case tc.want != "" && (err == nil || !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%dx%d tiles of a 100x100 image: %v, want %q", tc.tw, tc.th, err, tc.want)
 		}
 	}
 }

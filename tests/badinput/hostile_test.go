@@ -215,6 +215,12 @@ func hostile() []badCase {
 		{"register", "required flag missing (apply without --transform)", func(*testing.T, *project) []string {
 			return []string{"apply", "--in", "a.tif", "--out", "b.tif"}
 		}, nil, "", 2, `Required flag \"transform\"`},
+		{"stitch", "--workers 1000000", func(_ *testing.T, p *project) []string {
+			return stitchRun(p, "--workers", "1000000")
+		}, nil, "", 2, "--workers 1000000"},
+		{"decon", "--gpu-mem-cap 99999999999999 (overflowed)", func(_ *testing.T, p *project) []string {
+			return []string{"run", "-c", p.Cfg, "--cycle", "1", "--gpu-mem-cap", "99999999999999"}
+		}, nil, "", 2, "--gpu-mem-cap 99999999999999"},
 		{"stitch", "--mem-budget 99999999999999 (capped, logged)", func(_ *testing.T, p *project) []string {
 			return stitchRun(p, "--mem-budget", "99999999999999")
 		}, nil, "", 0, "capped at the machine's"},
