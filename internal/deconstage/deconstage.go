@@ -599,7 +599,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}(ahead)
 		}
 		chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", j.ch))
-		if err := os.MkdirAll(chDir, 0o755); err != nil {
+		if err := os.MkdirAll(chDir, 0o777); err != nil {
 			return nil, err
 		}
 		planePath := func(z int) string { return filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)) }

@@ -639,14 +639,14 @@ type cycleMetrics struct {
 }
 
 func writeGray16(path string, g *raster.Gray16) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		return err
 	}
 	return tiffio.WriteGray16(path, g)
 }
 
 func writeJSON(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -657,7 +657,7 @@ func writeJSON(path string, v any) error {
 }
 
 func copyFile(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
 		return err
 	}
 	in, err := os.Open(src)
@@ -688,7 +688,7 @@ func overlayLevel(g *raster.Gray16, w, h int) *raster.Float32 {
 // the registered cycle in green, each scaled to its 99.5th percentile;
 // aligned tissue appears white.
 func writeOverlay(path string, ref, cyc *raster.Float32) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		return err
 	}
 	w, h := min(ref.W, cyc.W), min(ref.H, cyc.H)

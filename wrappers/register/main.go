@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -148,6 +149,13 @@ func pairParams(cfgPath string, rigidOnly bool) (register.Params, error) {
 }
 
 func pairCommand(ctx context.Context, o opts, cfgPath, fixed, moving, out string, rigidOnly bool) error {
+	// Pair writes these into --out; none may be an input (--out the moving
+	// image's own directory would replace it).
+	for _, name := range []string{filepath.Base(moving), "transform.json", "field_dy.tif", "field_dx.tif", "metrics.json", "overlay.png"} {
+		if err := cliutil.CheckOutput("--out", filepath.Join(out, name), fixed, moving, cfgPath); err != nil {
+			return err
+		}
+	}
 	p, err := pairParams(cfgPath, rigidOnly)
 	if err != nil {
 		return err
@@ -170,6 +178,9 @@ func pairCommand(ctx context.Context, o opts, cfgPath, fixed, moving, out string
 }
 
 func applyCommand(ctx context.Context, o opts, transform, in, out string) error {
+	if err := cliutil.CheckOutput("--out", out, in, transform); err != nil {
+		return err
+	}
 	be, _, _, closeBE, err := backend(o)
 	if err != nil {
 		return err
