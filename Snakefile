@@ -261,6 +261,7 @@ def _sentinels(stage):
 
 REGISTERED = PROCESSED + "/registered/.snakemake_complete"
 QC_SENTINELS = [f"{QC_DIR}/.snakemake_complete_{s}" for s in ("stitch", "decon", "edf", "registration")]
+QC_REPORT = QC_DIR + "/report.html"  # rules/report.smk
 
 wildcard_constraints:
     cycle=r"\d+",
@@ -273,6 +274,7 @@ rule all:
     input:
         REGISTERED,
         QC_SENTINELS,
+        QC_REPORT,
 
 
 rule stitch_all:
@@ -283,6 +285,7 @@ rule stitch_all:
 rule qc:
     input:
         QC_SENTINELS,
+        QC_REPORT,
 
 
 # ---- GPU stages: one job per cycle (registration: one job), one GPU each ------------------------------
@@ -477,6 +480,9 @@ rule qc_registration:
         _need("kintsugi-qc") +
         "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-qc run --stage registration"
         " --config {params.config} --log-format text > {log} 2>&1"
+
+
+include: "rules/report.smk"
 
 
 # ---- validate: every marker-named EDF file exists (the original's check) --------------------------------

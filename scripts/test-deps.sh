@@ -5,7 +5,7 @@
 # make, git and ca-certificates (Go's module download). Run as root,
 # or as a user with sudo.
 set -euo pipefail
-pkgs="make git ca-certificates munge slurm-wlm slurmdbd mariadb-server snakemake python3-tifffile python3-jsonschema libtiff6 bc"
+pkgs="make git ca-certificates munge slurm-wlm slurmdbd mariadb-server snakemake python3-tifffile python3-jsonschema libtiff6 bc chromium"
 # shellcheck disable=SC2086
 dpkg -s $pkgs >/dev/null 2>&1 && exit 0
 sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo

@@ -5,14 +5,19 @@
 // Units: xy_pixel_size and z_step_size in nm, wavelengths in nm, tile_overlap a
 // fraction in (0, 1), pou in percent of the tile size, blend_sigma in px,
 // mem_* in MB, time_* in minutes.
+//
+// Loading is bounded (raw.go): a regular file of at most MaxFileBytes, one
+// YAML document without anchors, aliases, merge keys or duplicate keys, and caps on
+// nodes, keys per mapping and depth, so parsing is linear in the file.
+// CheckRaw applies those rules alone (kintsugi-config check --raw).
 package config
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +25,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-	"gopkg.in/yaml.v3"
 )
 
 //go:embed schema/config.schema.json
@@ -123,6 +127,7 @@ type Decon struct {
 	SlitAperture   float64 `json:"slit_aperture"`    // mm
 	FCyl           float64 `json:"f_cyl"`            // mm
 	MemoryBudgetMB int     `json:"memory_budget_mb"` // GPU memory the whole run may use, MB (larger stacks stream through the card in y-slabs); 0 = free memory less a margin
+	MeasuredPSF            // psf_file and its keys (psf.go)
 }
 
 // DefaultDecon returns the original's deconvolution settings.
@@ -259,20 +264,22 @@ func (es Errors) Error() string {
 	return strings.Join(parts, "\n")
 }
 
-// Load reads, validates and decodes a config file.
+// Load reads, validates and decodes a config file (the file and its YAML
+// are bounded first: see CheckRaw).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return Parse(path, data)
+	return LoadContext(context.Background(), path)
 }
 
 // Parse validates and decodes config data; path is used in messages only.
+// The YAML is held to CheckRaw's rules (no aliases or duplicate keys,
+// bounded nodes, keys and depth); data longer than MaxFileBytes is refused.
 func Parse(path string, data []byte) (*Config, error) {
-	var raw any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file is larger than the %d-byte (1 MiB) limit on a config", MaxFileBytes)}
+	}
+	raw, err := parseYAML(path, data)
+	if err != nil {
+		return nil, err
 	}
 	if raw == nil {
 		return nil, &Error{File: path, Msg: "empty file; see the documented example config.yaml"}
@@ -342,6 +349,7 @@ func (c *Config) check() Errors {
 			add("wavelengths."+k, "channel key %q: want a channel number", k)
 		}
 	}
+	errs = append(errs, c.checkPSFFile()...)
 	seen := map[string]bool{}
 	for i, a := range c.Resources.Accounts {
 		key := fmt.Sprintf("resources.accounts[%d].name", i)
