@@ -43,20 +43,28 @@ func BenchmarkWriteGray16Plane(b *testing.B) {
 	}
 }
 
-// BenchmarkReadGray16Plane reads one stitched plane (page cache warm after
-// the first iteration).
-func BenchmarkReadGray16Plane(b *testing.B) {
+// benchFile writes the benchmark plane to bench-plane.tif in
+// TIFFIO_BENCH_DIR (else a temp dir), removed when b ends, and sets b's
+// bytes per op to the plane's pixel bytes.
+func benchFile(b *testing.B) (*raster.Gray16, string) {
 	g := benchPlane()
 	dir := os.Getenv("TIFFIO_BENCH_DIR")
 	if dir == "" {
 		dir = b.TempDir()
 	}
 	path := filepath.Join(dir, "bench-plane.tif")
-	defer os.Remove(path)
+	b.Cleanup(func() { os.Remove(path) })
 	if err := WriteGray16(path, g); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(len(g.Pix)) * 2)
+	return g, path
+}
+
+// BenchmarkReadGray16Plane reads one stitched plane (page cache warm after
+// the first iteration).
+func BenchmarkReadGray16Plane(b *testing.B) {
+	_, path := benchFile(b)
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := ReadGray16(path); err != nil {
@@ -67,12 +75,7 @@ func BenchmarkReadGray16Plane(b *testing.B) {
 
 // BenchmarkReadFloat32Plane reads the same uint16 plane as float32 counts.
 func BenchmarkReadFloat32Plane(b *testing.B) {
-	g := benchPlane()
-	path := filepath.Join(b.TempDir(), "bench-plane.tif")
-	if err := WriteGray16(path, g); err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(g.Pix)) * 2)
+	_, path := benchFile(b)
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := ReadFloat32(path); err != nil {
@@ -106,16 +109,8 @@ func newDiscardBuffered() *bufio.Writer { return bufio.NewWriterSize(io.Discard,
 // copy, as cp's read side); Write is one write of the same bytes to a temp
 // file, fsync and rename (what an atomic write cannot go below).
 func BenchmarkCopyReference(b *testing.B) {
-	g := benchPlane()
-	dir := os.Getenv("TIFFIO_BENCH_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
-	path := filepath.Join(dir, "bench-plane.tif")
-	defer os.Remove(path)
-	if err := WriteGray16(path, g); err != nil {
-		b.Fatal(err)
-	}
+	g, path := benchFile(b)
+	dir := filepath.Dir(path)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
