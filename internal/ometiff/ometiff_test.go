@@ -33,7 +33,9 @@ const (
 var fixNames = []string{"DAPI", `CD3 <T & "B">`, "Ki67 µ'α"}
 
 // fixPlane is channel c of the fixture: a ramp that differs per channel,
-// seeded noise, and a band of 0 and 65535 to exercise rounding at the limits.
+// seeded noise, and a band of 0 and 65535 to exercise rounding at the
+// limits; channel 0's first 600 rows are zero background, so its first row
+// of 512-px tiles is deflated with LZ (Adaptive) and the others Huffman-only.
 func fixPlane(c int) *raster.Gray16 {
 	rng := rand.New(rand.NewPCG(7, uint64(c)))
 	g := raster.NewGray16(fixW, fixH)
@@ -42,6 +44,9 @@ func fixPlane(c int) *raster.Gray16 {
 			v := uint16(9000*c+13*x+7*y) + uint16(rng.IntN(256))
 			if y%97 == 3 {
 				v = uint16(65535 * (x & 1))
+			}
+			if c == 0 && y < 600 {
+				v = 0
 			}
 			g.Pix[y*fixW+x] = v
 		}
