@@ -255,6 +255,12 @@ func TestGoReadback(t *testing.T) {
 				}
 				nextTile = int64(offs[i] + cnts[i])
 			}
+			// Channel 0's first full-resolution tile is zero background:
+			// Adaptive codes it with LZ, far below Huffman coding's floor
+			// of 1 bit a byte (512*512*2/8 bytes).
+			if c == 0 && k == 0 && cnts[0] >= 512*512*2/8/16 {
+				t.Errorf("zero tile deflated to %d bytes: not LZ-coded", cnts[0])
+			}
 		}
 	}
 	if nextTile != int64(len(b)) {
