@@ -249,15 +249,25 @@ func TestKilledJob(t *testing.T) {
 		t.Fatalf("the killed job left %v, want its lock and staging directory", left)
 	}
 	os.MkdirAll(filepath.Join(parent, ".cyc01.partial-123.old", "CH1"), 0o755) // killed inside Commit
-	os.WriteFile(filepath.Join(parent, ".cyc01.lock.99-1.tmp"), nil, 0o644)    // killed while locking
-	os.MkdirAll(filepath.Join(parent, ".cyc02.partial-9"), 0o755)              // another cycle's: kept
+	dead, err := os.ReadFile(lockPath(final)) // the killed job's holder record
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(parent, ".cyc01.lock.99-1.tmp"), dead, 0o644) // killed while locking
+	os.WriteFile(filepath.Join(parent, ".cyc01.lock.98-1.tmp"), nil, 0o644)  // killed while writing it, 2 min ago
+	old := time.Now().Add(-2 * time.Minute)
+	os.Chtimes(filepath.Join(parent, ".cyc01.lock.98-1.tmp"), old, old)
+	os.MkdirAll(filepath.Join(parent, ".cyc02.partial-9"), 0o755) // another cycle's: kept
 	var log bytes.Buffer
 	d, err := NewWithOptions(final, Options{Logger: logTo(&log)})
 	if err != nil {
 		t.Fatalf("after the kill: %v", err)
 	}
-	if n := strings.Count(log.String(), "removed a staging directory"); n != 3 {
-		t.Errorf("%d removals logged, want 3:\n%s", n, log.String())
+	if n := strings.Count(log.String(), "removed a staging directory"); n != 2 {
+		t.Errorf("%d staging directory removals logged, want 2:\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), "removed the lock file a killed job left"); n != 2 {
+		t.Errorf("%d lock temporary removals logged, want 2:\n%s", n, log.String())
 	}
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
