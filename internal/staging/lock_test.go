@@ -29,23 +29,42 @@ func TestMain(m *testing.M) {
 
 // child takes the lock of final, writes a partial file, says "ready" and
 // waits to be killed.
+// With STAGING_TEST_PARAMS it records those parameters; with
+// STAGING_TEST_COMMIT_ON=<file> it completes the output (sentinel, commit,
+// exit 0) once that file exists.
 func child(final string) {
-	d, err := NewWithOptions(final, Options{Stage: "child job"})
+	d, err := NewWithOptions(final, Options{Stage: "child job", Params: os.Getenv("STAGING_TEST_PARAMS")})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
 	os.WriteFile(filepath.Join(d.Path, "01.tif"), []byte("partial"), 0o644)
 	fmt.Println("ready")
+	if on := os.Getenv("STAGING_TEST_COMMIT_ON"); on != "" {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(on); err == nil {
+				os.WriteFile(filepath.Join(d.Path, "01.tif"), []byte("complete"), 0o644)
+				if err := WriteSentinel(filepath.Join(d.Path, SentinelName), [][2]string{{"stage", "child"}}); err != nil {
+					fmt.Println("error:", err)
+					os.Exit(1)
+				}
+				if err := d.Commit(); err != nil {
+					fmt.Println("error:", err)
+					os.Exit(1)
+				}
+				os.Exit(0)
+			}
+		}
+	}
 	time.Sleep(time.Minute)
 	os.Exit(2)
 }
 
 // startChild runs the test binary as a job holding final's lock.
-func startChild(t *testing.T, final string) *exec.Cmd {
+func startChild(t *testing.T, final string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "STAGING_TEST_CHILD="+final, "SLURM_JOB_ID=4242")
+	cmd.Env = append(append(os.Environ(), "STAGING_TEST_CHILD="+final, "SLURM_JOB_ID=4242"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
