@@ -360,7 +360,7 @@ def _stage_shell(rule, tool, args, env="cpus_per_task={resources.cpus_per_task} 
     rule, SLURM job, attempt, host, time and memory, so a rerun or a second coordinator never replaces
     another job's record. Exit 2 with a message in the log when the executable was not built."""
     return (
-        "{{ printf '==== %s kintsugi " + rule + " (%s): SLURM job %s, attempt {resources.kintsugi_attempt}, host %s,"
+        "mkdir -p \"$(dirname {params.log:q})\"; {{ printf '==== %s kintsugi " + rule + " (%s): SLURM job %s, attempt {resources.kintsugi_attempt}, host %s,"
         " mem_mb {resources.mem_mb}, cpus_per_task {resources.cpus_per_task}\\n'"
         " \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" {params.what:q} \"${{SLURM_JOB_ID:-none}}\" \"$(hostname)\";"
         " test -x {params.exe:q} || {{ echo {params.exe:q}' not found: run make in '{params.kintsugi:q}; exit 2; }};"
