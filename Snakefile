@@ -97,7 +97,7 @@ if not os.access(KINTSUGI_CONFIG, os.X_OK):
     # files are not checked and EDF names come from _edf_filename_py.
     KINTSUGI_CONFIG = None
     if MAIN:
-        print(f"kintsugi: {KINTSUGI} has no cmd/kintsugi-config: raw config files not checked by the Go loader", file=sys.stderr)
+        print(f"kintsugi: {KINTSUGI} has no cmd/kintsugi-config: raw config files {_sm_configfiles()} not checked by the Go loader", file=sys.stderr)
 
 
 def _kintsugi_config(args, what):
@@ -110,6 +110,8 @@ def _kintsugi_config(args, what):
 
 if KINTSUGI_CONFIG and _sm_configfiles():
     _kintsugi_config(["check", "--raw"] + _sm_configfiles(), "config file refused")
+    if MAIN:
+        print(f"kintsugi-config: raw config files {_sm_configfiles()} passed", file=sys.stderr)
 
 SCHEMA = os.path.join(workflow.basedir, "internal", "config", "schema", "config.schema.json")
 with open(SCHEMA) as _f:
