@@ -40,6 +40,14 @@ func child(final string) {
 	}
 	os.WriteFile(filepath.Join(d.Path, "01.tif"), []byte("partial"), 0o644)
 	fmt.Println("ready")
+	if on := os.Getenv("STAGING_TEST_ABORT_ON"); on != "" {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(on); err == nil {
+				d.Abort()
+				os.Exit(1)
+			}
+		}
+	}
 	if on := os.Getenv("STAGING_TEST_COMMIT_ON"); on != "" {
 		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			if _, err := os.Stat(on); err == nil {

@@ -62,6 +62,34 @@ func TestWaitForSameParamsCompleted(t *testing.T) {
 	}
 }
 
+// A holder that fails (releases its lock without output) has not completed
+// the output, even where an earlier run's sentinel is still in place: the
+// waiting job takes the output over.
+func TestWaitForSameParamsHolderFails(t *testing.T) {
+	dir := t.TempDir()
+	final := filepath.Join(dir, "deconvolved", "cyc01")
+	os.MkdirAll(final, 0o755)
+	old := filepath.Join(final, SentinelName)
+	if err := WriteSentinel(old, [][2]string{{"stage", "earlier run"}}); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	os.Chtimes(old, hourAgo, hourAgo)
+	goFile := filepath.Join(dir, "go")
+	cmd := startChild(t, final, "STAGING_TEST_PARAMS=p1", "STAGING_TEST_ABORT_ON="+goFile)
+	time.AfterFunc(300*time.Millisecond, func() { os.WriteFile(goFile, nil, 0o644) })
+	var log bytes.Buffer
+	d, err := NewContext(WithOptions(context.Background(), waitOptions("p1", time.Minute, &log)), final)
+	cmd.Wait()
+	if err != nil {
+		t.Fatalf("after the holder failed: %v, want the output taken over\n%s", err, log.String())
+	}
+	d.Abort()
+	if !strings.Contains(log.String(), "released it") {
+		t.Errorf("log lacks the release:\n%s", log.String())
+	}
+}
+
 // A waiting job whose holder dies (SIGKILL) takes the output over and
 // removes the holder's staging directory.
 func TestWaitForSameParamsHolderDies(t *testing.T) {
