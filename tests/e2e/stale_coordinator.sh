@@ -47,14 +47,8 @@ done
 scontrol ping >/dev/null 2>&1 || { echo "stale: no SLURM controller: run scripts/slurm-up.sh first" >&2; exit 1; }
 command -v "$SM" >/dev/null || { echo "stale: $SM not installed" >&2; exit 1; }
 
-if [ -n "${STALE_DIR:-}" ]; then
-  work=$STALE_DIR
-  case "$work" in /tmp/?*) ;; *) echo "stale: STALE_DIR must be under /tmp/" >&2; exit 1 ;; esac
-  rm -rf "$work"
-  mkdir -p "$work"
-else
-  work=$(mktemp -d /tmp/kintsugi-stale.XXXXXX)
-fi
+work=${STALE_DIR:-$(mktemp -d /tmp/kintsugi-stale.XXXXXX)}
+case "$work" in /tmp/?*) rm -rf "$work" && mkdir -p "$work" ;; *) echo "stale: STALE_DIR must be under /tmp/" >&2; exit 1 ;; esac
 proj=$work/project
 cfg=$work/config.yaml
 processed=$proj/data/processed
