@@ -155,9 +155,12 @@ const lockWaitMargin = time.Minute
 // KINTSUGI_LOCK_WAIT from start (-1: unset). Inside a SLURM job
 // (SLURM_JOB_ID) the wait also ends lockWaitMargin before the job's end
 // time: SLURM_JOB_END_TIME (Unix seconds) where set, else squeue's %e of
-// the job (endTime); a job without a known end time waits as long as the
-// holder lives, or limit. Outside SLURM without limit it does not wait
-// (zero time): the run exits 4 naming the holder, at once.
+// the job (endTime: a zero time with a nil error for a job SLURM runs
+// without an end time, which waits as long as the holder lives, or limit).
+// A job SLURM does not know (endTime's error: SLURM_JOB_ID left in the
+// environment of something that is not a SLURM job) waits only for limit.
+// Outside SLURM without limit it does not wait (zero time): the run exits
+// 4 naming the holder, at once.
 func WaitLimit(start time.Time, limit time.Duration, getenv func(string) string, endTime func(jobID string) (time.Time, error)) (time.Time, string) {
 	var until time.Time
 	src := ""
@@ -179,15 +182,18 @@ func WaitLimit(start time.Time, limit time.Duration, getenv func(string) string,
 		}
 	}
 	if end.IsZero() && endTime != nil {
-		if e, err := endTime(job); err == nil {
+		e, err := endTime(job)
+		switch {
+		case err != nil && src == "":
+			return time.Time{}, fmt.Sprintf("SLURM cannot tell the end time of job %s (%v) and %s is unset: no wait", job, err, LockWaitEnv)
+		case err == nil && e.IsZero() && src == "":
+			return time.Now().AddDate(10, 0, 0), "SLURM job " + job + " has no end time: as long as the holder runs"
+		case err == nil:
 			end, endSrc = e, "squeue end time of job "+job
 		}
 	}
 	if end.IsZero() {
-		if src != "" {
-			return until, src
-		}
-		return time.Now().AddDate(10, 0, 0), "SLURM job " + job + " has no known end time: as long as the holder runs"
+		return until, src
 	}
 	margin := lockWaitMargin
 	if left := time.Until(end); left < 2*margin {
@@ -199,7 +205,9 @@ func WaitLimit(start time.Time, limit time.Duration, getenv func(string) string,
 	return until, src
 }
 
-// squeueEndTime asks squeue for a job's end time (%e, local time).
+// squeueEndTime asks squeue for a job's end time (%e, local time): zero
+// for a job without one (no time limit), an error when squeue does not
+// know the job.
 func squeueEndTime(jobID string) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -208,6 +216,12 @@ func squeueEndTime(jobID string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("squeue -j %s: %w", jobID, err)
 	}
 	v := strings.TrimSpace(string(out))
+	switch v {
+	case "":
+		return time.Time{}, fmt.Errorf("squeue -j %s: not in the queue", jobID)
+	case "Unknown", "N/A", "NONE", "UNLIMITED", "INVALID":
+		return time.Time{}, nil
+	}
 	t, err := time.ParseInLocation("2006-01-02T15:04:05", v, time.Local)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("squeue -j %s end time %q: %w", jobID, v, err)

@@ -107,8 +107,15 @@ func TestWaitLimit(t *testing.T) {
 	if u, _ := WaitLimit(start, -1, env("SLURM_JOB_ID", "14", "SLURM_JOB_END_TIME", fmt.Sprint(soon.Unix())), noSqueue); !u.Before(soon) || time.Until(u) > 45*time.Second {
 		t.Errorf("a minute left: waits until %v (end %v), want about half of it", u, soon)
 	}
-	if u, _ := WaitLimit(start, -1, env("SLURM_JOB_ID", "15"), noSqueue); time.Until(u) < 24*time.Hour {
-		t.Errorf("unknown end time: waits only until %v", u)
+	unlimited := func(string) (time.Time, error) { return time.Time{}, nil }
+	if u, _ := WaitLimit(start, -1, env("SLURM_JOB_ID", "15"), unlimited); time.Until(u) < 24*time.Hour {
+		t.Errorf("a job without an end time: waits only until %v", u)
+	}
+	if u, src := WaitLimit(start, -1, env("SLURM_JOB_ID", "16"), noSqueue); !u.IsZero() || !strings.Contains(src, "no wait") {
+		t.Errorf("a job SLURM does not know: waits until %v (%s), want no wait", u, src)
+	}
+	if u, _ := WaitLimit(start, time.Minute, env("SLURM_JOB_ID", "16"), noSqueue); !u.Equal(start.Add(time.Minute)) {
+		t.Errorf("a job SLURM does not know, with 1m: waits until %v", u)
 	}
 }
 

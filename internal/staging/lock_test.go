@@ -276,7 +276,7 @@ func TestKilledJob(t *testing.T) {
 		t.Fatalf("the killed job left %v, want its lock and staging directory", left)
 	}
 	os.MkdirAll(filepath.Join(parent, ".cyc01.partial-123.old", "CH1"), 0o755) // killed inside Commit
-	dead, err := os.ReadFile(lockPath(final)) // the killed job's holder record
+	dead, err := os.ReadFile(lockPath(final))                                  // the killed job's holder record
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@
 # with yaml. Env:
 #   STALE_DIR          work directory under /tmp/ (default: a new /tmp/kintsugi-stale.XXXXXX; kept on
 #                      failure, and with STALE_KEEP=1)
-#   STALE_DECON_ITER   decon.iterations of the test config (default 100, stop_criterion 0: every
-#                      iteration runs, ~1 s each with two jobs on 2 cores: the orphans outlive the
+#   STALE_DECON_ITER   decon.iterations of the test config (default 400, stop_criterion 0: every
+#                      iteration runs, ~0.25 s each with two jobs on 2 cores: the orphans outlive the
 #                      kill, the unlock and the rerun's start)
 #   STALE_SNAKEMAKE    snakemake command (default: snakemake on PATH)
 set -euo pipefail
@@ -33,7 +33,7 @@ cd "$repo"
 PY=/usr/bin/python3
 SM=${STALE_SNAKEMAKE:-snakemake}
 ACCOUNTS=${SLURM_TEST_ACCOUNTS:-acct_a:3,acct_b:2}
-ITER=${STALE_DECON_ITER:-100}
+ITER=${STALE_DECON_ITER:-400}
 CYCLES=2
 TIMEOUT=1200   # s per Snakemake run
 export USER=$(id -un) # Snakemake 7.21 checks accounts for $USER
