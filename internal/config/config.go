@@ -86,6 +86,7 @@ type Config struct {
 	BasicMaxReweight           int                  `json:"basic_max_reweight_iterations"`
 	BasicReweightTolerance     float64              `json:"basic_reweight_tolerance"`
 	BasicDarkfield             bool                 `json:"basic_darkfield"`
+	Stitching                  Stitching            `json:"stitching"`
 	Decon                      Decon                `json:"decon"`
 	EDF                        EDF                  `json:"edf"`
 	QualityGate                QualityGate          `json:"quality_gate"`
@@ -93,7 +94,22 @@ type Config struct {
 	Live                       bool                 `json:"live"` // place cycles with live availability from squeue (kintsugi-assign)
 	LiveAccounts               []LiveAccount        `json:"-"`
 	Resources                  Resources            `json:"resources"`
+	Renamed                    []Rename             `json:"-"` // channel names changed by the duplicate rule (names.go)
 }
+
+// Stitching is the stitching section (this project's keys). Defaults:
+// DefaultStitching.
+type Stitching struct {
+	// GlobalRefinement: tile positions by robust least squares over all
+	// accepted neighbour pairs (align.Params.Global) instead of the
+	// original's spanning tree alone.
+	GlobalRefinement bool `json:"global_refinement"`
+}
+
+// DefaultStitching returns the stitching defaults: global refinement on
+// (README, Accuracy: it places every accepted pair within 0.5 px of its
+// NCC optimum and never did worse than the tree).
+func DefaultStitching() Stitching { return Stitching{GlobalRefinement: true} }
 
 // Decon is the decon section (this project's keys; the original hard-codes
 // the same values in its deconvolve script). Defaults: DefaultDecon.
@@ -178,7 +194,7 @@ func DefaultRegistration() Registration {
 }
 
 // ChannelMarker returns the marker name of channel ch (1-based) of cycle:
-// channel_names[cycle][ch-1], else "".
+// channel_names[cycle][ch-1] after the duplicate rule (UniqueNames), else "".
 func (c *Config) ChannelMarker(cycle, ch int) string {
 	names := c.ChannelNames[strconv.Itoa(cycle)]
 	if ch < 1 || ch > len(names) {
@@ -188,14 +204,15 @@ func (c *Config) ChannelMarker(cycle, ch int) string {
 }
 
 // EDFFileName is the original's EDF output name of a channel: the marker
-// name with '/' and ' ' replaced by '_', plus ".tif"; "CH{c}_edf.tif" when
-// the cycle has no channel names.
+// name (ChannelMarker, after the duplicate rule) with '/' and ' ' replaced by
+// '_' (FileStem), plus ".tif"; "CH{c}_edf.tif" when the cycle has no channel
+// names. Every stage's per-channel file name is this one.
 func (c *Config) EDFFileName(cycle, ch int) string {
 	m := c.ChannelMarker(cycle, ch)
 	if m == "" {
 		return fmt.Sprintf("CH%d_edf.tif", ch)
 	}
-	return strings.NewReplacer("/", "_", " ", "_").Replace(m) + ".tif"
+	return FileStem(m) + ".tif"
 }
 
 // Wavelength returns the [excitation, emission] wavelengths of channel ch
@@ -273,7 +290,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	cfg := &Config{Path: path, Device: "gpu", BlendSigma: DefaultBlendSigma, BasicFlatfieldMin: DefaultFlatfieldMin,
 		BasicMaxIterations: 500, BasicOptimizationTolerance: 1e-6, BasicMaxReweight: 25, BasicReweightTolerance: 1e-3,
-		BasicDarkfield: true, Decon: DefaultDecon(), EDF: DefaultEDF(), QualityGate: DefaultQualityGate(),
+		BasicDarkfield: true, Stitching: DefaultStitching(), Decon: DefaultDecon(), EDF: DefaultEDF(), QualityGate: DefaultQualityGate(),
 		Registration: DefaultRegistration()}
 	if err := json.Unmarshal(buf, cfg); err != nil {
 		return nil, &Error{File: path, Msg: "decode: " + err.Error()}
@@ -303,9 +320,10 @@ func Parse(path string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// check holds the rules a JSON schema cannot express.
+// check holds the rules a JSON schema cannot express; it also applies the
+// channel-name rule (resolveChannelNames).
 func (c *Config) check() Errors {
-	var errs Errors
+	errs := c.resolveChannelNames()
 	add := func(key, format string, args ...any) {
 		errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
