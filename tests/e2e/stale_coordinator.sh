@@ -10,8 +10,8 @@
 #   - the rerun exits 0 and everything completes (every stage's sentinel, registration);
 #   - every orphan and every new job ended COMPLETED 0:0 (sacct); nothing was "removed as corrupted"
 #     by Snakemake; no finished output deleted or rewritten: the stitch sentinels are the first run's
-#     (same inode and mtime), each decon sentinel is the orphan's (written before the orphan's End,
-#     never replaced afterwards);
+#     (same inode and mtime), each decon sentinel is the orphan's (its completed= time before the
+#     orphan's End: never rewritten afterwards);
 #   - each new decon job waited for its orphan (its log names the orphan's SLURM job and says
 #     "nothing to do") and did no deconvolution; the orphan's own record ("cycle deconvolved") is
 #     still in the per-job log (appended with a header per job, never replaced);
@@ -164,9 +164,12 @@ for c, (o, n) in {1: (o1, n1), 2: (o2, n2)}.items():
     assert so[1] == "COMPLETED" and so[2] == "0:0", f"cycle {c}: orphan job {o}: {so}"
     assert sn[1] == "COMPLETED" and sn[2] == "0:0", f"cycle {c}: new job {n}: {sn}"
     sent = f"{processed}/deconvolved/cyc{c:02d}/.snakemake_complete"
-    mtime = datetime.datetime.fromtimestamp(int(os.stat(sent).st_mtime))
-    end = datetime.datetime.fromisoformat(so[4])
-    assert mtime <= end + datetime.timedelta(seconds=1), f"cycle {c}: {sent} written {mtime}, after the orphan ended {end}: rewritten"
+    # its content is the orphan's: completed= (UTC) not after the orphan's End (local time; Snakemake
+    # may touch the file, so its mtime says nothing)
+    kv = dict(l.split("=", 1) for l in open(sent).read().split("\n") if "=" in l)
+    done = datetime.datetime.fromisoformat(kv["completed"].replace("Z", "+00:00"))
+    end = datetime.datetime.fromisoformat(so[4]).astimezone()
+    assert done <= end + datetime.timedelta(seconds=1), f"cycle {c}: {sent} completed {done}, after the orphan ended {end}: rewritten"
     # Both jobs append to one per-job log (their lines interleave): the orphan's header and result
     # once, the deconvolution done once.
     log = open(f"{logdir}/decon_cyc{c:02d}.log").read()
