@@ -12,9 +12,11 @@
 #     by Snakemake; no finished output deleted or rewritten: the stitch sentinels are the first run's
 #     (same inode and mtime), each decon sentinel is the orphan's (its completed= time before the
 #     orphan's End: never rewritten afterwards);
-#   - each new decon job waited for its orphan (its log names the orphan's SLURM job and says
-#     "nothing to do") and did no deconvolution; the orphan's own record ("cycle deconvolved") is
-#     still in the per-job log (appended with a header per job, never replaced);
+#   - each cycle was deconvolved once: a new decon job that ran while its orphan held the output
+#     waited for it (its log names the orphan's SLURM job and says "nothing to do"; at least one
+#     must), one that pended on its account's GPU limit until the orphan ended found the output
+#     complete and ran nothing; the orphan's own record ("cycle deconvolved") is still in the per-job
+#     log (appended with a header per job, never replaced);
 #   - no lock file or staging directory is left.
 #
 #   flock /tmp/kintsugi-slurm.lock tests/e2e/stale_coordinator.sh     # ~5-6 min on 2 cores
@@ -23,8 +25,8 @@
 # with yaml. Env:
 #   STALE_DIR          work directory under /tmp/ (default: a new /tmp/kintsugi-stale.XXXXXX; kept on
 #                      failure, and with STALE_KEEP=1)
-#   STALE_DECON_ITER   decon.iterations of the test config (default 400, stop_criterion 0: every
-#                      iteration runs, ~0.25 s each with two jobs on 2 cores: the orphans outlive the
+#   STALE_DECON_ITER   decon.iterations of the test config (default 800, stop_criterion 0: every
+#                      iteration runs, ~0.08 s each with two jobs on 2 idle cores: the orphans outlive the
 #                      kill, the unlock and the rerun's start)
 #   STALE_SNAKEMAKE    snakemake command (default: snakemake on PATH)
 set -euo pipefail
@@ -33,7 +35,7 @@ cd "$repo"
 PY=/usr/bin/python3
 SM=${STALE_SNAKEMAKE:-snakemake}
 ACCOUNTS=${SLURM_TEST_ACCOUNTS:-acct_a:3,acct_b:2}
-ITER=${STALE_DECON_ITER:-400}
+ITER=${STALE_DECON_ITER:-800}
 CYCLES=2
 TIMEOUT=1200   # s per Snakemake run
 export USER=$(id -un) # Snakemake 7.21 checks accounts for $USER
