@@ -52,6 +52,7 @@ E2E_KILL_RERUN_STAGES ?= stitch decon
 e2e: build
 	tests/e2e/run.sh
 	KILL_RERUN_N=$(E2E_KILL_RERUN_N) KILL_RERUN_STAGES="$(E2E_KILL_RERUN_STAGES)" tests/e2e/kill_rerun.sh
+	tests/e2e/stale_coordinator.sh
 
 clean:
 	rm -rf $(BIN)

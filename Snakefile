@@ -33,8 +33,85 @@ from snakemake.utils import min_version, validate
 
 min_version("7.21")
 
+
+# ---- Snakemake internals: one small compatibility function per feature ----------------------------
+# Tested by tests/e2e/sm_compat.sh under every installed Snakemake (7.21 Debian; 9.16.2, 9.16.3 and
+# 9.25.2 from third_party/snakemake-wheels): a `snakemake -n` parse of this file with a gpu_jobs limit.
+def _sm_resource_limit(name):
+    """The global limit of resource `name` (--resources, a profile), an int, or None when unset.
+    Snakemake <= 9.16.2 stores the plain value; 9.16.3+ a Resource object (.value None when unset)."""
+    v = workflow.global_resources.get(name)
+    v = getattr(v, "value", v)
+    return None if v is None else int(v)
+
+
+def _sm_set_resource_limit(name, n):
+    """Set the global limit of resource `name` to n before scheduling starts. Snakemake >= 9 has
+    register_resource (which also updates a running scheduler); 7.x/8.x read the dict at run start."""
+    if hasattr(workflow, "register_resource"):
+        workflow.register_resource(name, n)
+    else:
+        workflow.global_resources[name] = n
+
+
+def _sm_is_main_process():
+    """True in the Snakemake process that schedules the workflow; False in the copies that run one
+    job inside a SLURM allocation (7.x: workflow.mode 1/2; >= 8: workflow.is_main_process)."""
+    v = getattr(workflow, "is_main_process", None)
+    if isinstance(v, bool):
+        return v
+    return getattr(workflow, "mode", 0) == 0
+
+
+def _sm_configfiles():
+    """The --configfile files of this run, absolute paths, in order (7.21: a list of str; 9.x: of
+    Path). Jobs inside an allocation get the same files from their coordinator."""
+    return [os.path.abspath(str(p)) for p in (getattr(workflow, "overwrite_configfiles", None) or [])]
+
+
+MAIN = _sm_is_main_process()
+SNAKEMAKE_MAJOR = int(SNAKEMAKE_VERSION.split(".")[0])
+
 if not config:
     raise WorkflowError("no configuration: run with --configfile config.yaml (see the documented example config.yaml)")
+
+# ---- the Go validator first: nothing in Python walks the config before it passed -----------------------
+# kintsugi_dir is read as one plain string (no walk of the config); the raw files are then checked by
+# `kintsugi-config check --raw` (the Go loader's strict parse: size cap, no alias expansion, duplicate
+# keys refused, exit 2 naming the file and key) before json.dumps, the --config conversion or jsonschema
+# touch the mapping (a YAML alias bomb is cheap as PyYAML's shared objects but expands in any walk).
+_kd = config.get("kintsugi_dir")
+if _kd is not None and not isinstance(_kd, str):
+    raise WorkflowError(f"config key kintsugi_dir: {type(_kd).__name__}, want a string (a directory)")
+KINTSUGI = _kd or workflow.basedir
+if not os.path.isabs(KINTSUGI):
+    KINTSUGI = os.path.normpath(os.path.join(workflow.basedir, KINTSUGI))
+BIN = os.path.join(KINTSUGI, "bin")
+if not os.access(os.path.join(BIN, "kintsugi-assign"), os.X_OK):
+    raise WorkflowError(f"{BIN}/kintsugi-assign not found: run `make` in {KINTSUGI} (or set kintsugi_dir)")
+KINTSUGI_CONFIG = os.path.join(BIN, "kintsugi-config")
+if not os.access(KINTSUGI_CONFIG, os.X_OK):
+    if os.path.isdir(os.path.join(KINTSUGI, "cmd", "kintsugi-config")):
+        raise WorkflowError(f"{KINTSUGI_CONFIG} not found: run `make` in {KINTSUGI} (the Snakefile validates the config with it)")
+    # Transitional: a checkout without cmd/kintsugi-config (before that executable landed). The raw
+    # files are not checked and EDF names come from _edf_filename_py.
+    KINTSUGI_CONFIG = None
+    if MAIN:
+        print(f"kintsugi: {KINTSUGI} has no cmd/kintsugi-config: raw config files {_sm_configfiles()} not checked by the Go loader", file=sys.stderr)
+
+
+def _kintsugi_config(args, what):
+    """Run bin/kintsugi-config with `args`; its stdout; a WorkflowError with its stderr on failure."""
+    proc = subprocess.run([KINTSUGI_CONFIG] + args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise WorkflowError(f"{what} (kintsugi-config {args[0]} exit {proc.returncode}):\n" + proc.stderr.strip())
+    return proc.stdout
+
+
+if KINTSUGI_CONFIG and _sm_configfiles():
+    _kintsugi_config(["check", "--raw"] + _sm_configfiles(), "config file refused")
+    if MAIN:
+        print(f"kintsugi-config: raw config files {_sm_configfiles()} passed", file=sys.stderr)
 
 SCHEMA = os.path.join(workflow.basedir, "internal", "config", "schema", "config.schema.json")
 with open(SCHEMA) as _f:
@@ -103,34 +180,14 @@ config.update(_coerced)
 validate(config, SCHEMA, set_default=False)
 
 PROJECT = os.path.abspath(config["project_dir"])
-KINTSUGI = config.get("kintsugi_dir") or workflow.basedir
-if not os.path.isabs(KINTSUGI):
-    KINTSUGI = os.path.normpath(os.path.join(workflow.basedir, KINTSUGI))
-BIN = os.path.join(KINTSUGI, "bin")
 CYCLES = [int(c) for c in config["cycles"]]
 CHANNELS = [int(c) for c in config["channels"]]
 CHANNEL_NAMES = config.get("channel_names", {}) or {}
 DEVICE = config.get("device", "gpu")
 RES = config.get("resources", {})
 LOGDIR = os.path.join(PROJECT, "slurm", "logs", "snakemake")
-SNAKEMAKE_MAJOR = int(SNAKEMAKE_VERSION.split(".")[0])
 PROCESSED = os.path.join(PROJECT, "data", "processed")
 QC_DIR = os.path.join(PROJECT, "qc_plots")
-
-if not os.access(os.path.join(BIN, "kintsugi-assign"), os.X_OK):
-    raise WorkflowError(f"{BIN}/kintsugi-assign not found: run `make` in {KINTSUGI} (or set kintsugi_dir)")
-
-
-def _is_main_process():
-    """True in the Snakemake process that schedules the workflow; False in the copies that run one
-    job inside a SLURM allocation (7.x: --mode 1/2; >= 8: exec_mode remote/subprocess)."""
-    v = getattr(workflow, "is_main_process", None)
-    if isinstance(v, bool):
-        return v
-    return getattr(workflow, "mode", 0) == 0
-
-
-MAIN = _is_main_process()
 
 
 def cyc_fmt(c):
@@ -138,9 +195,9 @@ def cyc_fmt(c):
     return f"{int(c):02d}"
 
 
-def get_edf_filename(cycle, ch):
-    """The original's EDF output name: the marker name with '/' and ' ' replaced by '_', + .tif;
-    CH{ch}_edf.tif when the cycle has no names (Go: config.(*Config).EDFFileName)."""
+def _edf_filename_py(cycle, ch):
+    """Only without bin/kintsugi-config (see above): the original's EDF output name, the marker name
+    with '/' and ' ' replaced by '_', + .tif; CH{ch}_edf.tif when the cycle has no names."""
     names = CHANNEL_NAMES.get(int(cycle), CHANNEL_NAMES.get(str(int(cycle)), [])) or []
     if 1 <= ch <= len(names) and names[ch - 1]:
         return names[ch - 1].replace("/", "_").replace(" ", "_") + ".tif"
@@ -170,7 +227,28 @@ def _write_config_json():
 CONFIG_JSON = _write_config_json()
 
 
-def _build_assignment():
+def _edf_files():
+    """{cycle: [EDF file name of channel 1, 2, ...]} as the Go executables name them: from the full
+    check of the merged config (`kintsugi-config check`: channel-name rules, duplicates renamed),
+    so validate, QC and registration see the same names; it fails before any job when a name is bad."""
+    if KINTSUGI_CONFIG is None:
+        return {c: [_edf_filename_py(c, ch) for ch in CHANNELS] for c in CYCLES}
+    doc = json.loads(_kintsugi_config(["check", CONFIG_JSON], "config refused"))
+    out = {}
+    for c in CYCLES:
+        names = doc.get("edf_files", {}).get(str(c))
+        if not isinstance(names, list) or len(names) != len(CHANNELS):
+            raise WorkflowError(f"kintsugi-config check {CONFIG_JSON}: edf_files of cycle {c} {names!r}, want {len(CHANNELS)} names")
+        out[c] = names
+    if MAIN and doc.get("renamed"):
+        print(f"kintsugi-config: channel names renamed: {doc['renamed']}", file=sys.stderr)
+    return out
+
+
+EDF_FILES = _edf_files()
+
+
+def _build_cycle_assignment():
     """GPU-only placement of every cycle, registration and the CPU QC rules, from the Go helper
     (resources.accounts; live data from live_accounts or, with live: true, squeue). Jobs that run
     inside an allocation re-read the Snakefile: they use the static plan (no squeue call there)."""
@@ -199,25 +277,32 @@ def _build_assignment():
     return plan
 
 
-PLAN = _build_assignment()
+PLAN = _build_cycle_assignment()
 CYCLE_ASSIGNMENT = PLAN["cycles"]
 REG_ASSIGN = PLAN["registration"]
 QC_ASSIGN = PLAN["cpu"]
 
-
-def _set_gpu_jobs_limit(n):
-    """GPU jobs in flight <= n: every GPU rule takes gpu_jobs=1. A smaller limit given with
-    --resources (command line or profile) is kept; a larger one is lowered."""
-    cur = workflow.global_resources.get("gpu_jobs")
-    if cur is not None and int(cur) <= n:
-        return
-    if hasattr(workflow, "register_resource"):  # Snakemake >= 9
-        workflow.register_resource("gpu_jobs", n)
-    else:  # 7.x, 8.x: the scheduler reads workflow.global_resources when the run starts
-        workflow.global_resources["gpu_jobs"] = n
+# ---- GPU jobs in flight: per account and in total ------------------------------------------------------
+# Every GPU rule takes one unit of gpu_jobs (total <= the helper's "jobs") and one unit of its account's
+# resource gpu_<i> (i: the account's index in sorted order; limit = that account's gpu_slots), so an
+# account never has more GPU jobs submitted than it may run: no job holds a token while it pends on its
+# account's GrpTRES (AssocGrpGRES) while another account's slot is free. A smaller limit given with
+# --resources (command line or profile) is kept; a larger one is lowered.
+ACCOUNT_RESOURCE = {a: f"gpu_{i}" for i, a in enumerate(sorted(PLAN["slots"]))}
 
 
-_set_gpu_jobs_limit(int(PLAN["jobs"]))
+def _limit_resource(name, n):
+    cur = _sm_resource_limit(name)
+    if cur is None or cur > n:
+        _sm_set_resource_limit(name, n)
+
+
+_limit_resource("gpu_jobs", int(PLAN["jobs"]))
+for _a, _r in ACCOUNT_RESOURCE.items():
+    _limit_resource(_r, int(PLAN["slots"][_a]))
+if MAIN:
+    print(f"kintsugi: GPU jobs in flight <= {_sm_resource_limit('gpu_jobs')} (resource gpu_jobs); per account: " + ", ".join(
+        f"{a} <= {_sm_resource_limit(r)} (resource {r})" for a, r in ACCOUNT_RESOURCE.items()), file=sys.stderr)
 
 
 def _assign(wc):
@@ -233,9 +318,61 @@ def _res(key, default):
     return int(RES.get(key, default))
 
 
-def _need(tool):
-    """Shell prefix: a clear error when an executable was not built."""
-    return f"test -x {BIN}/{tool} || {{{{ echo '{BIN}/{tool} not found: run make in {KINTSUGI}' >&2; exit 2; }}}}; "
+# Memory escalation on retries: a job's mem_mb (its SLURM --mem and the executable's memory budget) is
+# resources.mem_<stage> x attempt, at most MEM_ATTEMPT_CAP x mem_<stage>; the profiles set retries: 1,
+# so a job that failed (e.g. killed for memory, or refused: "budget below the smallest working set",
+# exit 2 naming resources.mem_<stage>) is resubmitted once with twice the memory.
+MEM_ATTEMPT_CAP = 4
+
+
+def _mem(key, default):
+    base = _res(key, default)
+    return lambda wildcards, attempt: base * min(int(attempt), MEM_ATTEMPT_CAP)
+
+
+def _gpu_resources(stage, account_of):
+    """Resources of a GPU rule: account/partition from the plan (account_of: wildcards -> slot), one
+    GPU, one gpu_jobs unit and one unit of the account's gpu_<i>, the attempt (for the log header)."""
+    r = dict(
+        slurm_account=lambda wc: account_of(wc)["account"],
+        slurm_partition=lambda wc: account_of(wc)["partition"],
+        cpus_per_task=_res(f"cpus_{stage}", STAGE_DEFAULTS[stage][0]),
+        mem_mb=_mem(f"mem_{stage}", STAGE_DEFAULTS[stage][1]),
+        runtime=_res(f"time_{stage}", STAGE_DEFAULTS[stage][2]),
+        kintsugi_attempt=lambda wc, attempt: int(attempt),
+        gpu_jobs=1,
+        **GPU_RESOURCE,
+    )
+    for a, name in ACCOUNT_RESOURCE.items():
+        r[name] = lambda wc, a=a: int(account_of(wc)["account"] == a)
+    return r
+
+
+# cpus_per_task, mem_mb (attempt 1), runtime minutes. Measured on an H200, production cycle (63 tiles of
+# 1440 x 1920, 20 z, 4 channels): stitch 4.7 GiB peak under a 6 GiB budget, 7.4 GiB unconstrained;
+# decon 1.8 GiB under 6 GiB (plan 2.3 GiB), 17.9 GiB unconstrained; edf 1.7 GiB under 4 GiB (plan
+# 2.9 GiB), 3.2 GiB unconstrained; registration 2.2 GiB unconstrained (plan 2.5 GiB), 1.7 GiB under
+# 2 GiB, 13 cycles x 4 channels.
+STAGE_DEFAULTS = {"stitch": (4, 8000, 240), "decon": (4, 6144, 240), "edf": (4, 4096, 60), "registration": (4, 4096, 120)}
+
+
+def _stage_shell(rule, tool, args, env="cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb}"):
+    """The shell line of a stage job. Every value from the config reaches it quoted ({x:q}); the
+    per-job log is appended to (never truncated), each job's part opening with a header naming the
+    rule, SLURM job, attempt, host, time and memory, so a rerun or a second coordinator never replaces
+    another job's record. Exit 2 with a message in the log when the executable was not built."""
+    return (
+        "mkdir -p \"$(dirname {params.log:q})\"; {{ printf '==== %s kintsugi " + rule + " (%s): SLURM job %s, attempt {resources.kintsugi_attempt}, host %s,"
+        " mem_mb {resources.mem_mb}, cpus_per_task {resources.cpus_per_task}\\n'"
+        " \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\" {params.what:q} \"${{SLURM_JOB_ID:-none}}\" \"$(hostname)\";"
+        " test -x {params.exe:q} || {{ echo {params.exe:q}' not found: run make in '{params.kintsugi:q}; exit 2; }};"
+        " " + env + " {params.exe:q} " + args +
+        " --log-format text; }} >> {params.log:q} 2>&1"
+    )
+
+
+def _params(tool, log, what):
+    return dict(exe=os.path.join(BIN, tool), kintsugi=KINTSUGI, config=CONFIG_JSON, device=DEVICE, log=log, what=what)
 
 
 def _raw_cycle_dir(n):
@@ -289,31 +426,21 @@ rule qc:
 
 
 # ---- GPU stages: one job per cycle (registration: one job), one GPU each ------------------------------
+# Per-job logs (slurm/logs/snakemake/<stage>_cycNN.log) are params, not log: Snakemake removes a declared
+# log before it reruns a job; these are appended to, one header per job.
 
 rule stitch:
     input:
         raw_dir=get_raw_dir,
     output:
         PROCESSED + "/stitched/cyc{cycle}/.snakemake_complete",
-    log:
-        LOGDIR + "/stitch_cyc{cycle}.log",
     params:
-        device=DEVICE,
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-stitch", LOGDIR + "/stitch_cyc{cycle}.log", "cycle {cycle}"),
     resources:
-        slurm_account=lambda wc: _assign(wc)["account"],
-        slurm_partition=lambda wc: _assign(wc)["partition"],
-        cpus_per_task=_res("cpus_stitch", 4),
-        mem_mb=_res("mem_stitch", 8000),  # measured: 4.7 GiB peak under a 6 GiB budget, 7.4 GiB unconstrained (H200, production cycle)
-        runtime=_res("time_stitch", 240),
-        gpu_jobs=1,
-        **GPU_RESOURCE,
+        **_gpu_resources("stitch", _assign),
     shell:
-        _need("kintsugi-stitch") +
-        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-stitch run"
-        " --config {params.config} --cycle {wildcards.cycle} --device {params.device}"
-        " --log-format text > {log} 2>&1"
+        _stage_shell("stitch", "kintsugi-stitch",
+                     "run --config {params.config:q} --cycle {wildcards.cycle:q} --device {params.device:q}")
 
 
 rule deconvolve:
@@ -321,25 +448,13 @@ rule deconvolve:
         PROCESSED + "/stitched/cyc{cycle}/.snakemake_complete",
     output:
         PROCESSED + "/deconvolved/cyc{cycle}/.snakemake_complete",
-    log:
-        LOGDIR + "/decon_cyc{cycle}.log",
     params:
-        device=DEVICE,
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-decon", LOGDIR + "/decon_cyc{cycle}.log", "cycle {cycle}"),
     resources:
-        slurm_account=lambda wc: _assign(wc)["account"],
-        slurm_partition=lambda wc: _assign(wc)["partition"],
-        cpus_per_task=_res("cpus_decon", 4),
-        mem_mb=_res("mem_decon", 6144),  # measured: 1.8 GiB peak under a 6 GiB budget (plan 2.3 GiB), 17.9 GiB unconstrained (H200, production cycle)
-        runtime=_res("time_decon", 240),
-        gpu_jobs=1,
-        **GPU_RESOURCE,
+        **_gpu_resources("decon", _assign),
     shell:
-        _need("kintsugi-decon") +
-        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-decon run"
-        " --config {params.config} --cycle {wildcards.cycle} --device {params.device}"
-        " --log-format text > {log} 2>&1"
+        _stage_shell("deconvolve", "kintsugi-decon",
+                     "run --config {params.config:q} --cycle {wildcards.cycle:q} --device {params.device:q}")
 
 
 rule edf:
@@ -347,25 +462,13 @@ rule edf:
         PROCESSED + "/deconvolved/cyc{cycle}/.snakemake_complete",
     output:
         PROCESSED + "/edf/cyc{cycle}/.snakemake_complete",
-    log:
-        LOGDIR + "/edf_cyc{cycle}.log",
     params:
-        device=DEVICE,
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-edf", LOGDIR + "/edf_cyc{cycle}.log", "cycle {cycle}"),
     resources:
-        slurm_account=lambda wc: _assign(wc)["account"],
-        slurm_partition=lambda wc: _assign(wc)["partition"],
-        cpus_per_task=_res("cpus_edf", 4),
-        mem_mb=_res("mem_edf", 4096),  # measured: 1.7 GiB peak under a 4 GiB budget (plan 2.9 GiB), 3.2 GiB unconstrained
-        runtime=_res("time_edf", 60),
-        gpu_jobs=1,
-        **GPU_RESOURCE,
+        **_gpu_resources("edf", _assign),
     shell:
-        _need("kintsugi-edf") +
-        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-edf run"
-        " --config {params.config} --cycle {wildcards.cycle} --device {params.device}"
-        " --log-format text > {log} 2>&1"
+        _stage_shell("edf", "kintsugi-edf",
+                     "run --config {params.config:q} --cycle {wildcards.cycle:q} --device {params.device:q}")
 
 
 rule registration:
@@ -373,37 +476,31 @@ rule registration:
         _sentinels("edf"),
     output:
         REGISTERED,
-    log:
-        LOGDIR + "/registration.log",
     params:
-        device=DEVICE,
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-register", LOGDIR + "/registration.log", "all cycles"),
     resources:
-        slurm_account=REG_ASSIGN["account"],
-        slurm_partition=REG_ASSIGN["partition"],
-        cpus_per_task=_res("cpus_registration", 4),
-        mem_mb=_res("mem_registration", 4096),  # measured: 2.2 GiB peak unconstrained (plan 2.5 GiB), 1.7 GiB under 2 GiB; 13 cycles x 4 channels
-        runtime=_res("time_registration", 120),
-        gpu_jobs=1,
-        **GPU_RESOURCE,
+        **_gpu_resources("registration", lambda wc: REG_ASSIGN),
     shell:
-        _need("kintsugi-register") +
-        "cpus_per_task={resources.cpus_per_task} mem_mb={resources.mem_mb} {params.bin}/kintsugi-register run"
-        " --config {params.config} --device {params.device} --log-format text > {log} 2>&1"
+        _stage_shell("registration", "kintsugi-register",
+                     "run --config {params.config:q} --device {params.device:q}")
 
 
 # ---- QC: CPU partition of the helper's CPU assignment, no GPU ------------------------------------------
 # bin/kintsugi-qc <stage> writes qc_plots/<stage>/ (per-cycle metrics JSON, PNG overviews and
 # heatmaps) and the original's sentinel qc_plots/.snakemake_complete_<stage>.
 
-QC_RESOURCES = dict(
-    slurm_account=QC_ASSIGN["account"],
-    slurm_partition=QC_ASSIGN["partition"],
-    cpus_per_task=_res("cpus_qc", 2),
-    mem_mb=_res("mem_qc", 64000),
-    runtime=_res("time_qc", 120),
-)
+def _qc_resources(mem_key, mem_default, time_key, time_default):
+    return dict(
+        slurm_account=QC_ASSIGN["account"],
+        slurm_partition=QC_ASSIGN["partition"],
+        cpus_per_task=_res("cpus_qc", 2),
+        mem_mb=_mem(mem_key, mem_default),
+        runtime=_res(time_key, time_default),
+        kintsugi_attempt=lambda wc, attempt: int(attempt),
+    )
+
+
+QC_RESOURCES = _qc_resources("mem_qc", 64000, "time_qc", 120)
 
 
 rule qc_stitch:
@@ -411,17 +508,12 @@ rule qc_stitch:
         _sentinels("stitched"),
     output:
         QC_DIR + "/.snakemake_complete_stitch",
-    log:
-        LOGDIR + "/qc_stitch.log",
     params:
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-qc", LOGDIR + "/qc_stitch.log", "stage stitch"),
     resources:
         **QC_RESOURCES,
     shell:
-        _need("kintsugi-qc") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-qc run --stage stitch"
-        " --config {params.config} --log-format text > {log} 2>&1"
+        _stage_shell("qc_stitch", "kintsugi-qc", "run --stage stitch --config {params.config:q}", env="cpus_per_task={resources.cpus_per_task}")
 
 
 rule qc_decon:
@@ -429,17 +521,12 @@ rule qc_decon:
         _sentinels("deconvolved"),
     output:
         QC_DIR + "/.snakemake_complete_decon",
-    log:
-        LOGDIR + "/qc_decon.log",
     params:
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-qc", LOGDIR + "/qc_decon.log", "stage decon"),
     resources:
         **QC_RESOURCES,
     shell:
-        _need("kintsugi-qc") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-qc run --stage decon"
-        " --config {params.config} --log-format text > {log} 2>&1"
+        _stage_shell("qc_decon", "kintsugi-qc", "run --stage decon --config {params.config:q}", env="cpus_per_task={resources.cpus_per_task}")
 
 
 rule qc_edf:
@@ -447,17 +534,12 @@ rule qc_edf:
         _sentinels("edf"),
     output:
         QC_DIR + "/.snakemake_complete_edf",
-    log:
-        LOGDIR + "/qc_edf.log",
     params:
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-qc", LOGDIR + "/qc_edf.log", "stage edf"),
     resources:
         **QC_RESOURCES,
     shell:
-        _need("kintsugi-qc") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-qc run --stage edf"
-        " --config {params.config} --log-format text > {log} 2>&1"
+        _stage_shell("qc_edf", "kintsugi-qc", "run --stage edf --config {params.config:q}", env="cpus_per_task={resources.cpus_per_task}")
 
 
 rule qc_registration:
@@ -465,21 +547,12 @@ rule qc_registration:
         REGISTERED,
     output:
         QC_DIR + "/.snakemake_complete_registration",
-    log:
-        LOGDIR + "/qc_registration.log",
     params:
-        config=CONFIG_JSON,
-        bin=BIN,
+        **_params("kintsugi-qc", LOGDIR + "/qc_registration.log", "stage registration"),
     resources:
-        slurm_account=QC_ASSIGN["account"],
-        slurm_partition=QC_ASSIGN["partition"],
-        cpus_per_task=_res("cpus_qc", 2),
-        mem_mb=_res("mem_qc_registration", 16000),
-        runtime=_res("time_qc_registration", 30),
+        **_qc_resources("mem_qc_registration", 16000, "time_qc_registration", 30),
     shell:
-        _need("kintsugi-qc") +
-        "cpus_per_task={resources.cpus_per_task} {params.bin}/kintsugi-qc run --stage registration"
-        " --config {params.config} --log-format text > {log} 2>&1"
+        _stage_shell("qc_registration", "kintsugi-qc", "run --stage registration --config {params.config:q}", env="cpus_per_task={resources.cpus_per_task}")
 
 
 include: "rules/report.smk"
@@ -489,7 +562,7 @@ include: "rules/report.smk"
 
 rule validate:
     run:
-        want = [os.path.join(PROCESSED, "edf", f"cyc{cyc_fmt(c)}", get_edf_filename(c, ch)) for c in CYCLES for ch in CHANNELS]
+        want = [os.path.join(PROCESSED, "edf", f"cyc{cyc_fmt(c)}", name) for c in CYCLES for name in EDF_FILES[c]]
         missing = [p for p in want if not os.path.isfile(p)]
         if missing:
             print(f"validate: {len(missing)} of {len(want)} EDF files missing:", file=sys.stderr)

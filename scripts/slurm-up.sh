@@ -18,6 +18,13 @@
 # Partitions: cpu (default) and gpu, both on node localhost. Logs: /var/log/slurm/.
 set -euo pipefail
 
+# Close every inherited descriptor above 2 but bash's own 255: run as `flock /tmp/kintsugi-slurm.lock
+# scripts/slurm-up.sh`, the lock's descriptor would otherwise pass to the daemons started here, which
+# would then hold the lock for as long as they run (every later flock waits forever).
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  case "$fd" in [3-9] | [1-9][0-9] | 1[0-9][0-9] | 2[0-4][0-9] | 25[0-4]) eval "exec $fd>&-" ;; esac
+done
 ACCOUNTS=${SLURM_TEST_ACCOUNTS:-acct_a:3,acct_b:2}
 GPUS=${SLURM_FAKE_GPUS:-8}
 CPUS=${SLURM_FAKE_CPUS:-16}

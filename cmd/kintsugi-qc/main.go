@@ -110,7 +110,12 @@ func run(c *cli.Context) error {
 		return err
 	}
 	lg.Info("qc", "stage", c.String("stage"), "workers", workers, "from", from)
-	_, err = qc.Run(c.Context, cfg, c.String("stage"), qc.Options{Workers: workers, OverviewPx: c.Int("overview-px"),
+	ctx, err := cliutil.LockContext(c.Context, cliutil.LockJob{Config: cfg, Stage: "qc-" + c.String("stage"),
+		Sentinel: filepath.Join(cfg.ProjectDir, "qc_plots", ".snakemake_complete_"+c.String("stage"))}, nil, lg)
+	if err != nil {
+		return err
+	}
+	_, err = qc.Run(ctx, cfg, c.String("stage"), qc.Options{Workers: workers, OverviewPx: c.Int("overview-px"),
 		Logger: lg, Environment: fmt.Sprintf("%d (%s)", workers, from)})
 	if errors.Is(err, qc.ErrInput) {
 		return cliutil.AsUsage(err)

@@ -42,7 +42,9 @@ const ExitCodesHelp = `EXIT CODES:
    1  processing failed (I/O, numerical or GPU error)
    2  bad flags, bad configuration or bad input data (the message names the key or file)
    3  interrupted by SIGINT/SIGTERM (e.g. SLURM time limit); no partial output is left
-   4  another job is writing the same output (its lock file names the SLURM job, host and pid); nothing was done`
+   4  another job is writing the same output (its lock file names the SLURM job, host and pid) with other
+      parameters, or with the same ones beyond this job's wait (SLURM: its end time; KINTSUGI_LOCK_WAIT); nothing was done
+      (a job that waited for a run with the same parameters which completed the output exits 0)`
 
 // UsageError marks an error caused by the user's input (flags, config, data);
 // it maps to ExitUsage.
@@ -69,6 +71,10 @@ func ExitCode(err error) int {
 	var ue *UsageError
 	switch {
 	case err == nil:
+		return ExitOK
+	case errors.Is(err, staging.ErrCompleted):
+		// Another job with the same parameters completed the output
+		// while this one waited for it: nothing is left to do.
 		return ExitOK
 	case errors.Is(err, context.Canceled):
 		return ExitSignal
@@ -253,7 +259,9 @@ func Main(app *cli.App) {
 	interrupted := ctx.Err() != nil
 	stop()
 	err = requiredAsUsage(err)
-	if err != nil {
+	if err != nil && ExitCode(err) == ExitOK {
+		slog.Info("nothing to do", "why", err.Error())
+	} else if err != nil {
 		if interrupted && !errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w (interrupted: %w)", err, context.Canceled)
 		}

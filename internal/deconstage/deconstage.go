@@ -542,7 +542,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	io := plan.IO // goroutines reading (and writing from the device) planes
 
 	final := res.Dir
-	stage, err := staging.New(final)
+	stage, err := staging.NewContext(ctx, final)
 	if err != nil {
 		return nil, err
 	}

@@ -230,7 +230,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer membudget.SetGoLimit(mm.goLimit())()
 
 	final := OutDir(cfg.ProjectDir, o.Cycle)
-	stage, err := staging.New(final)
+	stage, err := staging.NewContext(ctx, final)
 	if err != nil {
 		return nil, err
 	}

@@ -53,10 +53,12 @@ func Build(t testing.TB, name, pkg string) string {
 	return bin
 }
 
-// CleanEnv clears what would otherwise choose the device or the worker
-// count from the test's own environment (a test run inside a SLURM job, or
-// with KINTSUGI_DEVICE_MODE set).
-var CleanEnv = []string{"KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task="}
+// CleanEnv clears what would otherwise choose the device, the worker count
+// or whether a run waits for a locked output from the test's own
+// environment (a test run inside a SLURM job, or with KINTSUGI_DEVICE_MODE
+// set).
+var CleanEnv = []string{"KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=",
+	"SLURM_JOB_ID=", "SLURM_JOB_END_TIME=", "KINTSUGI_LOCK_WAIT="}
 
 // Env returns the process environment with CleanEnv applied, then extra
 // (later entries win).

@@ -173,7 +173,7 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 		return nil, err
 	}
 	qcRoot := filepath.Join(proj, "qc_plots")
-	st, err := staging.New(filepath.Join(qcRoot, stage))
+	st, err := staging.NewContext(ctx, filepath.Join(qcRoot, stage))
 	if err != nil {
 		return nil, err
 	}

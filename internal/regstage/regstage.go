@@ -303,7 +303,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"plane", fmt.Sprintf("%dx%d px, %s", w, h, membudget.Format(mm.plane)), "padding", pad)
 
 	final := OutDir(cfg.ProjectDir)
-	d, err := staging.New(final)
+	d, err := staging.NewContext(ctx, final)
 	if err != nil {
 		return nil, err
 	}

@@ -29,23 +29,50 @@ func TestMain(m *testing.M) {
 
 // child takes the lock of final, writes a partial file, says "ready" and
 // waits to be killed.
+// With STAGING_TEST_PARAMS it records those parameters; with
+// STAGING_TEST_COMMIT_ON=<file> it completes the output (sentinel, commit,
+// exit 0) once that file exists.
 func child(final string) {
-	d, err := NewWithOptions(final, Options{Stage: "child job"})
+	d, err := NewWithOptions(final, Options{Stage: "child job", Params: os.Getenv("STAGING_TEST_PARAMS")})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
 	os.WriteFile(filepath.Join(d.Path, "01.tif"), []byte("partial"), 0o644)
 	fmt.Println("ready")
+	if on := os.Getenv("STAGING_TEST_ABORT_ON"); on != "" {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(on); err == nil {
+				d.Abort()
+				os.Exit(1)
+			}
+		}
+	}
+	if on := os.Getenv("STAGING_TEST_COMMIT_ON"); on != "" {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(on); err == nil {
+				os.WriteFile(filepath.Join(d.Path, "01.tif"), []byte("complete"), 0o644)
+				if err := WriteSentinel(filepath.Join(d.Path, SentinelName), [][2]string{{"stage", "child"}}); err != nil {
+					fmt.Println("error:", err)
+					os.Exit(1)
+				}
+				if err := d.Commit(); err != nil {
+					fmt.Println("error:", err)
+					os.Exit(1)
+				}
+				os.Exit(0)
+			}
+		}
+	}
 	time.Sleep(time.Minute)
 	os.Exit(2)
 }
 
 // startChild runs the test binary as a job holding final's lock.
-func startChild(t *testing.T, final string) *exec.Cmd {
+func startChild(t *testing.T, final string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "STAGING_TEST_CHILD="+final, "SLURM_JOB_ID=4242")
+	cmd.Env = append(append(os.Environ(), "STAGING_TEST_CHILD="+final, "SLURM_JOB_ID=4242"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -249,15 +276,25 @@ func TestKilledJob(t *testing.T) {
 		t.Fatalf("the killed job left %v, want its lock and staging directory", left)
 	}
 	os.MkdirAll(filepath.Join(parent, ".cyc01.partial-123.old", "CH1"), 0o755) // killed inside Commit
-	os.WriteFile(filepath.Join(parent, ".cyc01.lock.99-1.tmp"), nil, 0o644)    // killed while locking
-	os.MkdirAll(filepath.Join(parent, ".cyc02.partial-9"), 0o755)              // another cycle's: kept
+	dead, err := os.ReadFile(lockPath(final))                                  // the killed job's holder record
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(parent, ".cyc01.lock.99-1.tmp"), dead, 0o644) // killed while locking
+	os.WriteFile(filepath.Join(parent, ".cyc01.lock.98-1.tmp"), nil, 0o644)  // killed while writing it, 2 min ago
+	old := time.Now().Add(-2 * time.Minute)
+	os.Chtimes(filepath.Join(parent, ".cyc01.lock.98-1.tmp"), old, old)
+	os.MkdirAll(filepath.Join(parent, ".cyc02.partial-9"), 0o755) // another cycle's: kept
 	var log bytes.Buffer
 	d, err := NewWithOptions(final, Options{Logger: logTo(&log)})
 	if err != nil {
 		t.Fatalf("after the kill: %v", err)
 	}
-	if n := strings.Count(log.String(), "removed a staging directory"); n != 3 {
-		t.Errorf("%d removals logged, want 3:\n%s", n, log.String())
+	if n := strings.Count(log.String(), "removed a staging directory"); n != 2 {
+		t.Errorf("%d staging directory removals logged, want 2:\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), "removed the lock file a killed job left"); n != 2 {
+		t.Errorf("%d lock temporary removals logged, want 2:\n%s", n, log.String())
 	}
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)

@@ -88,6 +88,7 @@ REG_NCC_GAIN_MIN=0.0
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 PY=/usr/bin/python3                   # Debian's python3 with tifffile (not a pyenv shim on PATH)
+SM=${E2E_SNAKEMAKE:-snakemake}        # the Snakemake to test: Debian's 7.21, or a 9.x venv's bin/snakemake
 export USER=$(id -un) # Snakemake 7.21 checks accounts for $USER; sbatch uses the real user
 limits=$(echo "$ACCOUNTS" | tr : =)
 t0=$(date +%s)
@@ -102,7 +103,8 @@ for b in kintsugi-synth kintsugi-assign kintsugi-stitch kintsugi-decon kintsugi-
   [ -x "bin/$b" ] || { echo "e2e: bin/$b missing: run make first" >&2; exit 1; }
 done
 scontrol ping >/dev/null 2>&1 || { echo "e2e: no SLURM controller: run scripts/slurm-up.sh first" >&2; exit 1; }
-command -v snakemake >/dev/null || { echo "e2e: snakemake not installed" >&2; exit 1; }
+command -v "$SM" >/dev/null || { echo "e2e: $SM not installed (E2E_SNAKEMAKE; scripts/test-deps.sh)" >&2; exit 1; }
+say "Snakemake $("$SM" --version) ($SM)"
 for spec in ${ACCOUNTS//,/ }; do # the cluster's limits must be the slots the config will claim
   got=$(sacctmgr -n -P show assoc account="${spec%%:*}" user= format=grptres 2>/dev/null || true)
   [ "$got" = "gres/gpu=${spec#*:}" ] || {
@@ -195,7 +197,7 @@ assert first == [a, b], f"first two cycles on {first}: free GPUs are filled firs
 assert p["registration"]["account"] == a, "registration: first account with GPU slots in config order"
 print(f"e2e live: applied {applied}, cycles {[p['cycles'][str(c)]['account'] for c in p['order']]}, jobs {p['jobs']}")
 PY
-snakemake registration -n --configfile "$cfg" --profile profiles/slurm --config live=true >"$work/dry_live.log" 2>&1 ||
+"$SM" registration -n --configfile "$cfg" --profile profiles/slurm --config live=true >"$work/dry_live.log" 2>&1 ||
   { tail -n 30 "$work/dry_live.log" >&2; fail "snakemake -n --config live=true"; }
 grep -q "source live (squeue: $acct_a 1 free of 3, $acct_b 1 free of 2)" "$work/dry_live.log" ||
   { grep kintsugi-assign "$work/dry_live.log" >&2; fail "live: true did not use squeue's availability"; }
@@ -203,7 +205,7 @@ cleanup_held
 say "discover and live availability (held jobs) checked"
 
 # ---- 4. dry runs: --config overrides, targets -------------------------------------------------------------
-dry() { snakemake "$@" -n --configfile "$cfg" --profile profiles/slurm >"$work/dry.log" 2>&1; }
+dry() { "$SM" "$@" -n --configfile "$cfg" --profile profiles/slurm >"$work/dry.log" 2>&1; }
 dry registration --config 'cycles=[1,2]' 'live_accounts=[{"name":"'"$acct_a"'","gpu_avail":0},{"name":"'"$acct_b"'","gpu_avail":1}]' ||
   { tail -n 30 "$work/dry.log" >&2; fail "--config with numbers as strings"; }
 grep -q "source live (config live_accounts: $acct_a 0 free of 3, $acct_b 1 free of 2); cycles per account {'$acct_b': \[1\], '$acct_a': \[2\]}" "$work/dry.log" ||
@@ -225,7 +227,7 @@ run_snakemake() { # $1 target, $2 log, further arguments to snakemake
   local target=$1 log=$2
   shift 2
   say "snakemake $target $* --profile profiles/slurm (log $log)"
-  if ! timeout -k 30 "$SNAKEMAKE_TIMEOUT" snakemake "$target" "$@" --configfile "$cfg" --profile profiles/slurm >"$log" 2>&1; then
+  if ! timeout -k 30 "$SNAKEMAKE_TIMEOUT" "$SM" "$target" "$@" --configfile "${RUN_CFG:-$cfg}" --profile profiles/slurm >"$log" 2>&1; then
     tail -n 60 "$log" >&2
     # Cancel what this run left in the queue, so later runs see a clean cluster.
     ids=$(sed -n 's/.*has been submitted with SLURM jobid \([0-9][0-9]*\).*/\1/p' "$log" | tr '\n' ' ')
@@ -249,6 +251,7 @@ json.dump(expect, open(sys.argv[2], "w"), indent=1)
 PY
 $PY tests/e2e/slurm_check.py --log "$work/snakemake_registration.log" --limits "$limits" \
   --expect "$work/expect.json" --table "$work/sacct_registration.tsv" --max-gpu-jobs "$jobs" --require-gpu-peak \
+  --per-account-in-flight --require-running-peak "$jobs" \
   >"$work/slurm_check_registration.log" || { cat "$work/slurm_check_registration.log"; fail "SLURM accounting checks (registration run)"; }
 grep '^slurm_check' "$work/slurm_check_registration.log"
 n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_registration.log")
@@ -449,7 +452,23 @@ say "outputs and stitching accuracy checked"
 # ---- 8. snakemake all: the QC reports on the CPU partition -----------------------------------------------
 # --forcerun registration: the GPU registration job runs again while qc_stitch/qc_decon/qc_edf run
 # beside it (they need only the EDF sentinels), which shows CPU QC jobs are not held back by gpu_jobs.
-run_snakemake all "$work/snakemake_all.log" --forcerun registration
+# Memory escalation on retry: this run's config sets mem_registration below the registration's smallest
+# working set (kintsugi-register names it: "raise resources.mem_registration (MB) ... to at least N"; a
+# 1 MB budget makes it say so before any work), at 3/4 of it: attempt 1 exits 2 naming
+# resources.mem_registration, the profile's retry runs with 2 x that (1.5 N) and succeeds.
+need=$(mem_mb=1 bin/kintsugi-register run --config "$proj/.kintsugi/config.json" --device cpu --log-format text 2>&1 |
+  sed -n 's/.*resources\.mem_registration (MB).* at least \([0-9][0-9]*\).*/\1/p' | head -n 1 || true)
+[ -n "$need" ] || fail "kintsugi-register with a 1 MB budget did not name resources.mem_registration's minimum"
+mem_low=$((need * 3 / 4))
+cfg_all=$work/config_all.yaml
+$PY - "$cfg" "$cfg_all" "$mem_low" <<'PY'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+c["resources"]["mem_registration"] = int(sys.argv[3])
+yaml.safe_dump(c, open(sys.argv[2], "w"), sort_keys=False)
+PY
+say "registration needs at least $need MB: the all run sets mem_registration $mem_low (attempt 2: $((2 * mem_low)))"
+RUN_CFG=$cfg_all run_snakemake all "$work/snakemake_all.log" --forcerun registration
 $PY - "$work/assign.json" "$work/expect_qc.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
@@ -460,11 +479,24 @@ json.dump([{"rule": r, "account": cpu["account"], "partition": cpu["partition"],
           open(sys.argv[2], "w"), indent=1)
 PY
 $PY tests/e2e/slurm_check.py --log "$work/snakemake_all.log" --limits "$limits" --expect "$work/expect_qc.json" \
-  --table "$work/sacct_all.tsv" --max-gpu-jobs "$jobs" --require-cpu-beside >"$work/slurm_check_all.log" ||
+  --table "$work/sacct_all.tsv" --max-gpu-jobs "$jobs" --require-cpu-beside --retried registration >"$work/slurm_check_all.log" ||
   { cat "$work/slurm_check_all.log"; fail "SLURM accounting checks (all run: QC jobs without GPU, beside registration)"; }
 grep '^slurm_check' "$work/slurm_check_all.log"
 n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_all.log")
-[ "$n_sub" = 5 ] || fail "all --forcerun registration submitted $n_sub SLURM jobs, want registration + the 4 QC jobs"
+[ "$n_sub" = 6 ] || fail "all --forcerun registration submitted $n_sub SLURM jobs, want registration twice (the retry) + the 4 QC jobs"
+reglog=$proj/slurm/logs/snakemake/registration.log
+$PY - "$reglog" "$mem_low" <<'PY' || fail "registration log: attempts and memory"
+import re, sys
+t = open(sys.argv[1]).read()
+low = int(sys.argv[2])
+heads = re.findall(r"^==== \S+ kintsugi registration \(all cycles\): SLURM job (\d+), attempt (\d+), host \S+, mem_mb (\d+)", t, re.M)
+# The registration run's record stays (appended logs), then this run's two attempts.
+got = [(int(a), int(m)) for _, a, m in heads]
+assert len(heads) == 3 and got[1:] == [(1, low), (2, 2 * low)], f"{sys.argv[1]}: headers (attempt, mem_mb) {got}, want [(1, ...), (1, {low}), (2, {2 * low})]"
+part = t.split(f"attempt 1, host")[-1].split("==== ")[0]
+assert "resources.mem_registration" in part, "attempt 1 did not name resources.mem_registration"
+print(f"e2e retry: registration log keeps 3 job records {got}; attempt 1 refused {low} MB naming resources.mem_registration")
+PY
 $PY - "$proj" "$CYCLES" <<'PY' || fail "QC outputs"
 import glob, json, os, struct, sys, zlib
 import numpy as np, tifffile
@@ -537,11 +569,11 @@ PY
 say "QC reports checked"
 
 # ---- 9. validate ------------------------------------------------------------------------------------------------
-snakemake validate --configfile "$cfg" --cores 1 >"$work/validate.log" 2>&1 || { tail -n 20 "$work/validate.log" >&2; fail "snakemake validate"; }
+"$SM" validate --configfile "$cfg" --profile profiles/slurm >"$work/validate.log" 2>&1 || { tail -n 20 "$work/validate.log" >&2; fail "snakemake validate"; }
 grep -q "validate: all $((CYCLES * 2)) EDF files present" "$work/validate.log" || fail "validate did not count every EDF file"
 victim=$(ls "$proj/data/processed/edf/cyc02/"*.tif | grep -v DAPI | head -n 1)
 mv "$victim" "$work/moved.tif"
-if snakemake validate --configfile "$cfg" --cores 1 >"$work/validate_missing.log" 2>&1; then
+if "$SM" validate --configfile "$cfg" --profile profiles/slurm >"$work/validate_missing.log" 2>&1; then
   mv "$work/moved.tif" "$victim"; fail "validate passed with $victim missing"
 fi
 mv "$work/moved.tif" "$victim"

@@ -127,6 +127,13 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 	if err := cliutil.CheckCycle(cfg, cycle); err != nil {
 		return err
 	}
+	dev := cliutil.DeviceGPU
+	if cpu {
+		dev = cliutil.DeviceCPU
+	}
+	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "decon", Cycle: cycle, Device: dev}, nil, o.Logger); err != nil {
+		return err
+	}
 	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.Logger, CPU: cpu,
 		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return asExit(err)

@@ -125,6 +125,9 @@ func runCommand(ctx context.Context, o opts, cfgPath string) error {
 		return err
 	}
 	defer closeBE()
+	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "registration", Device: dev}, nil, o.Logger); err != nil {
+		return err
+	}
 	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Backend: be, Workers: workers, Logger: o.Logger, Device: string(dev),
 		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return asExit(err)

@@ -117,6 +117,9 @@ func runCommand(ctx context.Context, o commandOptions, r runOptions) (err error)
 			}
 		}
 	}()
+	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "stitch", Cycle: o.Cycle, Device: dev}, o.Getenv, o.Logger); err != nil {
+		return err
+	}
 	_, err = stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: o.Cycle, Engine: eng, Workers: workers, Batch: batch,
 		MemBudget: o.budget, MemBudgetSource: o.budgetSource, Logger: o.Logger})
 	return inputAsUsage(err)

@@ -39,7 +39,7 @@ func tinyProject(t *testing.T, dir string, nz int) (cfg, out string) {
 
 func stitchCmd(bin, cfg string, extraEnv ...string) *exec.Cmd {
 	cmd := exec.Command(bin, "run", "-c", cfg, "--cycle", "1", "--device", "cpu", "--workers", "2")
-	cmd.Env = append(os.Environ(), "KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=")
+	cmd.Env = append(os.Environ(), "KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=", "KINTSUGI_LOCK_WAIT=", "SLURM_JOB_END_TIME=")
 	cmd.Env = append(cmd.Env, extraEnv...)
 	return cmd
 }
@@ -101,7 +101,9 @@ func TestTwoRunsAndKill(t *testing.T) {
 	lock := filepath.Join(filepath.Dir(out), ".cyc01.lock")
 
 	// Two at once: the first is stopped (SIGSTOP) as soon as it holds the
-	// lock, so the second surely starts while the first is alive.
+	// lock, so the second surely starts while the first is alive. The
+	// second does not wait for it (KINTSUGI_LOCK_WAIT=0; inside SLURM a run
+	// with the same parameters would: tests/lockrace).
 	first := stitchCmd(bin, cfg, "SLURM_JOB_ID=1001")
 	var firstLog bytes.Buffer
 	first.Stdout, first.Stderr = &firstLog, &firstLog
@@ -110,7 +112,7 @@ func TestTwoRunsAndKill(t *testing.T) {
 	}
 	waitFor(t, lock)
 	first.Process.Signal(syscall.SIGSTOP)
-	second := stitchCmd(bin, cfg, "SLURM_JOB_ID=1002")
+	second := stitchCmd(bin, cfg, "SLURM_JOB_ID=1002", "KINTSUGI_LOCK_WAIT=0")
 	msg, err := second.CombinedOutput()
 	first.Process.Signal(syscall.SIGCONT)
 	if code := exitCode(t, err); code != 4 {
