@@ -29,7 +29,7 @@ import tempfile
 
 from snakemake import __version__ as SNAKEMAKE_VERSION
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("7.21")
 
@@ -177,7 +177,22 @@ _coerced = _coerce(dict(config), _SCHEMA_DOC, "")
 config.clear()
 config.update(_coerced)
 
-validate(config, SCHEMA, set_default=False)
+def _validate_schema(cfg):
+    """jsonschema validation of the merged config; errors name the key as the Go loader does
+    (resources.accounts[0].name), first few of them."""
+    import jsonschema
+    cls = jsonschema.validators.validator_for(_SCHEMA_DOC)
+    errs = sorted(cls(_SCHEMA_DOC).iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
+    if errs:
+        def key(e):
+            out = ""
+            for p in e.absolute_path:
+                out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+            return out or "(top level)"
+        raise WorkflowError("config refused by " + SCHEMA + ":\n" + "\n".join(f"  key {key(e)}: {e.message}" for e in errs[:10]))
+
+
+_validate_schema(config)
 
 PROJECT = os.path.abspath(config["project_dir"])
 CYCLES = [int(c) for c in config["cycles"]]
