@@ -169,6 +169,53 @@ class CheckTest(unittest.TestCase):
         self.assertEqual(sc.max_concurrent([(t(0), t(10)), (t(10), t(20)), (t(5), t(15))]), 2)
         self.assertEqual(sc.max_concurrent([]), 0)
 
+class WorkConservingTest(unittest.TestCase):
+    def jobs(self, n):
+        return [{"rule": "stitch", "smk_jobid": str(i), "wildcards": {"cycle": f"0{i}"}, "slurm_jobid": str(i)} for i in range(1, n + 1)]
+
+    def test_pending_while_another_account_idles(self):
+        # acct_a (1 slot) has job 2 pending on AssocGrpGRES 1..20 while acct_b (1 slot) ran nothing
+        # after t=10: a free slot idled while work waited.
+        sub = self.jobs(3)
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 20),
+                "2": row("2", "snakejob_stitch_2", "acct_a", "gpu", 1, 1, 20, 40, reason="AssocGrpGRES"),
+                "3": row("3", "snakejob_stitch_3", "acct_b", "gpu", 1, 0, 1, 10)}
+        limits = {"acct_a": 1, "acct_b": 1}
+        fails, _, _ = sc.check(sub, None, rows, limits)
+        self.assertEqual(fails, [], "without --per-account-in-flight the old checks hold")
+        fails, _, _ = sc.check(sub, None, rows, limits, per_account_in_flight=True)
+        self.assertEqual(len(fails), 2, fails)
+        self.assertTrue(any("account acct_a: 2 GPU jobs in flight at once" in f for f in fails), fails)
+        self.assertTrue(any("SLURM job 2 (acct_a) pended on AssocGrpGRES" in f and "acct_b had 0 of 1" in f for f in fails), fails)
+        # acct_b busy for the whole wait: no idle slot; job 2 submitted when job 1 ended.
+        rows["3"]["end"] = T0 + dt.timedelta(seconds=25)
+        rows["2"]["submit"] = rows["1"]["end"]
+        fails, _, _ = sc.check(sub, None, rows, limits, per_account_in_flight=True)
+        self.assertEqual(fails, [], "acct_b busy while job 2 waited, and acct_a never over its slot")
+
+    def test_running_peak_and_makespan(self):
+        sub = self.jobs(2)
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 20),
+                "2": row("2", "snakejob_stitch_2", "acct_b", "gpu", 1, 0, 20, 40)}
+        fails, report, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, require_running_peak=2)
+        self.assertEqual(fails, ["GPUs running at once peaked at 1, want 2 (every slot busy at some time)"])
+        self.assertTrue(any("makespan 40 s" in l for l in report), report)
+
+    def test_retried(self):
+        sub = self.jobs(1) + [{"rule": "stitch", "smk_jobid": "1", "wildcards": {"cycle": "01"}, "slurm_jobid": "9"}]
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 2, state="FAILED"),
+                "9": row("9", "snakejob_stitch_1", "acct_a", "gpu", 1, 3, 4, 20)}
+        expect = [{"rule": "stitch", "wildcards": {"cycle": 1}, "account": "acct_a", "gpus": 1}]
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1}, expect, retried=["stitch"])
+        self.assertEqual(fails, [])
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1}, expect)
+        self.assertTrue(any("state FAILED" in f for f in fails) and any("2 SLURM jobs, want exactly 1" in f for f in fails), fails)
+        rows["1"]["State"] = "COMPLETED"
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1}, expect, retried=["stitch"])
+        self.assertTrue(any("want [FAILED, COMPLETED]" in f for f in fails), fails)
+        fails, _, _ = sc.check(sub[:1], None, rows, {"acct_a": 1}, expect, retried=["registration"])
+        self.assertEqual(fails, ["--retried registration: no job of that rule was submitted"])
+
 
 if __name__ == "__main__":
     unittest.main()
