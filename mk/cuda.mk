@@ -1,12 +1,18 @@
 # CUDA build of the project, included by the Makefile (-include mk/cuda.mk).
 #
 #   make gpu        build bin/ executables with -tags cuda (cgo, CUDA driver
-#                   API + cuFFT through github.com/mumax/3/cuda)
+#                   API + cuFFT through github.com/mumax/3/cuda): every one of
+#                   CMDS, plus GPU_CMDS (the benchmark, cmd/kintsugi-gpubench)
 #   make gpu-test   go test -tags cuda (GPU conformance suites; needs a GPU)
 #   make gpu-vet    go vet -tags cuda (type-checks tests too) and link every
 #                   package (needs the toolkit's headers and libraries, no GPU)
 #   make ptx        regenerate internal/gpu/kernels/*.ptx with nvcc (only
 #                   after editing a .cu file; the PTX is committed)
+#   make fatbin     regenerate internal/gpu/kernels/*.fatbin with nvcc 13 (the
+#                   compute_75 PTX plus SASS for SASS_ARCHS; committed, loaded
+#                   instead of the PTX: no JIT compilation on those GPUs)
+#   make gpu-gen    regenerate internal/gpu/launch_gen.go, the typed kernel
+#                   launchers, from the .cu sources (Go only, no toolkit)
 #   make gpu-bench  production-size benchmark of the stitch stage on the GPU
 #
 # CUDA_HOME: from the environment (module load cuda sets it, or CUDA_PATH),
@@ -22,7 +28,13 @@ NVCC_ON_PATH := $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(or $(CUDA_PATH),$(if $(NVCC_ON_PATH),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC_ON_PATH)))),/usr/local/cuda)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 PTX_ARCH  ?= compute_75
-CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(CUDA_HOME)/targets/x86_64-linux/lib) $(CUDA_HOME)/lib64)
+# Real architectures whose SASS the fatbins carry (A100, H100/H200, B200),
+# each compiled from the $(PTX_ARCH) PTX, as the driver's JIT would.
+SASS_ARCHS ?= sm_80 sm_90 sm_100
+# The toolkit's library directory: the first that holds cuFFT or the link stubs
+# (lib64 in NVIDIA's layout; lib/x86_64-linux-gnu in Debian's, where
+# nvidia-cuda-dev puts stubs/libcuda.so and stubs/libcufft.so).
+CUDA_LIBDIR := $(firstword $(foreach d,$(addprefix $(CUDA_HOME)/,lib64 lib/x86_64-linux-gnu lib targets/x86_64-linux/lib),$(if $(wildcard $(d)/libcufft.so* $(d)/stubs/libcuda.so),$(d))) $(CUDA_HOME)/lib64)
 
 GPU_ENV := CGO_ENABLED=1 \
 	CGO_CFLAGS="-I$(CURDIR)/cuda/shim -I$(CUDA_HOME)/include -O2" \
@@ -33,24 +45,27 @@ GPU_BENCH_ARGS ?=
 
 KERNEL_SRC := $(wildcard internal/gpu/kernels/*.cu)
 
-.PHONY: gpu gpu-test gpu-vet ptx gpu-bench gpu-check-toolkit
+.PHONY: gpu gpu-test gpu-vet ptx fatbin gpu-gen gpu-bench gpu-check-toolkit
 
 gpu-check-toolkit:
 	@test -f "$(CUDA_HOME)/include/cuda.h" || { echo "CUDA toolkit not found at CUDA_HOME=$(CUDA_HOME) (module load cuda, or set CUDA_HOME)"; exit 1; }
 
+# Executables built only by the CUDA build (without CUDA they could only say
+# so): the production-size GPU benchmark.
+GPU_CMDS := cmd/kintsugi-gpubench
+
 gpu: gpu-check-toolkit
 	@mkdir -p $(BIN)
-	@for d in $(CMDS); do \
+	@for d in $(CMDS) $(GPU_CMDS); do \
 	  name=$$(basename $$d); case $$d in wrappers/*) name=kintsugi-$$name;; esac; \
 	  [ -d $$d ] || continue; \
 	  echo "go build -tags cuda -o $(BIN)/$$name ./$$d"; \
 	  $(GPU_ENV) $(GO) build -tags cuda -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$name ./$$d || exit 1; \
 	done
-	@$(GPU_ENV) $(GO) build -tags cuda -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kintsugi-gpubench ./internal/gpu/gpubench
 
 gpu-vet: gpu-check-toolkit
 	$(GPU_ENV) $(GO) vet -tags cuda ./...
-	$(GPU_ENV) $(GO) build -tags cuda -o /dev/null ./internal/gpu/gpubench
+	$(GPU_ENV) $(GO) build -tags cuda -o /dev/null ./cmd/kintsugi-gpubench
 	$(GPU_ENV) $(GO) build -tags cuda ./...
 
 gpu-test: gpu-check-toolkit
@@ -68,5 +83,21 @@ ptx: gpu-check-toolkit
 	    echo "// Regenerate with: make ptx"; cat $$out.tmp; } > $$out && rm -f $$out.tmp; \
 	done
 
+# The PTX of `make ptx` and SASS compiled from it for each of SASS_ARCHS, in one
+# fatbin per module (same flags as the PTX, so the same code runs either way).
+comma := ,
+empty :=
+space := $(empty) $(empty)
+fatbin: gpu-check-toolkit
+	@for src in $(KERNEL_SRC); do \
+	  out=$${src%.cu}.fatbin; \
+	  echo "$(NVCC) -fatbin -gencode arch=$(PTX_ARCH),code=[$(PTX_ARCH),$(subst $(space),$(comma),$(SASS_ARCHS))] -fmad=false $$src"; \
+	  $(NVCC) -fatbin -gencode 'arch=$(PTX_ARCH),code=[$(PTX_ARCH),$(subst $(space),$(comma),$(SASS_ARCHS))]' \
+	    -O3 -fmad=false -Iinternal/gpu/kernels -o $$out.tmp $$src && mv $$out.tmp $$out || exit 1; \
+	done
+
+gpu-gen:
+	$(GO) generate ./internal/gpu
+
 gpu-bench: gpu-check-toolkit
-	$(GPU_ENV) $(GO) run -tags cuda ./internal/gpu/gpubench $(GPU_BENCH_ARGS)
+	$(GPU_ENV) $(GO) run -tags cuda ./cmd/kintsugi-gpubench $(GPU_BENCH_ARGS)

@@ -231,7 +231,7 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 	c, ct := dctMatrices(ps)
 	put(e, CM, c)
 	put(e, CT, ct)
-	e.launch("fill_f64", grid1(int64(N*m)), D, 0.0, int64(N*m))
+	e.launchFillF64(grid1(int64(N*m)), D, 0.0, int64(N*m))
 
 	// Resize every stack to the working grid, straight into D.
 	e.op = "resize to working size"
@@ -243,11 +243,11 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 	// spectral norm from the Gram matrix, ‖D‖_F and min(D).
 	gpix := dim{gx: (m + 255) / 256, gy: F, gz: 1, bx: 256, by: 1, bz: 1}
 	perFit := func(bs int) dim { return dim{gx: F, gy: 1, gz: 1, bx: bs, by: 1, bz: 1} }
-	e.launch("alm_mean_img", gpix, TMP, D, NN, NOFF, m)
-	e.launch("alm_sort", gpix, D, ROWSUM, NN, NOFF, m)
-	e.launch("alm_norms", perFit(1024), ST, D, NN, NOFF, m)
-	e.launch("fill_f64", grid1(int64(F*nmax*nmax)), G, 0.0, int64(F*nmax*nmax))
-	e.launch("alm_gram", dim{gx: nmax * nmax, gy: F, gz: 1, bx: 256, by: 1, bz: 1}, G, D, NN, NOFF, m, nmax)
+	e.launchAlmMeanImg(gpix, TMP, D, NN, NOFF, m)
+	e.launchAlmSort(gpix, D, ROWSUM, NN, NOFF, m)
+	e.launchAlmNorms(perFit(1024), ST, D, NN, NOFF, m)
+	e.launchFillF64(grid1(int64(F*nmax*nmax)), G, 0.0, int64(F*nmax*nmax))
+	e.launchAlmGram(dim{gx: nmax * nmax, gy: F, gz: 1, bx: 256, by: 1, bz: 1}, G, D, NN, NOFF, m, nmax)
 	meanImg := make([]float64, F*m)
 	get(e, meanImg, TMP)
 	gram := make([]float64, F*nmax*nmax)
@@ -286,10 +286,10 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 		s[stLamF], s[stLamD] = lf, ld
 	}
 	put(e, ST, st)
-	e.launch("fill_f64", grid1(int64(N*m)), WT, 1.0, int64(N*m))
-	e.launch("fill_f64", grid1(int64(F*m)), FLATLAST, 1.0, int64(F*m))
-	e.launch("fill_f64", grid1(int64(F*m)), DARKLAST, 0.0, int64(F*m))
-	e.launch("fill_f64", grid1(int64(F*m)), AOFFA, 0.0, int64(F*m))
+	e.launchFillF64(grid1(int64(N*m)), WT, 1.0, int64(N*m))
+	e.launchFillF64(grid1(int64(F*m)), FLATLAST, 1.0, int64(F*m))
+	e.launchFillF64(grid1(int64(F*m)), DARKLAST, 0.0, int64(F*m))
+	e.launchFillF64(grid1(int64(F*m)), AOFFA, 0.0, int64(F*m))
 
 	// The solve loop.
 	dark := 0
@@ -328,23 +328,23 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 			return nil, err
 		}
 		e.op = "ALM iteration"
-		e.launch("alm_flat_in", gpix, TMP, S, WIDCT, AOFF, ST, NN, ACT, m)
-		e.launch("dct_pass", gdct, TMP2, TMP, CM, ps, ACT)
-		e.launch("dct_pass", gdct, TMP, TMP2, CM, ps, ACT)
-		e.launch("alm_flat_shrink", gpix, WHAT, TMP, ST, ACT, m)
-		e.launch("dct_pass", gdct, TMP2, WHAT, CT, ps, ACT)
-		e.launch("dct_pass", gdct, WIDCT, TMP2, CT, ps, ACT)
-		e.launch("alm_masks", perFit(1024), HI, LO, WIDCT, COEFF, COEFFA, AOFF, AOFFA, ST, NN, NOFF, ACT, m, dark)
-		e.launch("alm_pass", gpass, E, Y, S, VSUM, PART, D, WT, WIDCT, AOFF, COEFF, VALID, HI, LO, ST, NN, NOFF, ACT, m, nmax, dark)
-		e.launch("alm_control", gctl, ST, COEFF, VALID, SIGN, DACT, PART, D, WIDCT, NN, NOFF, ACT, nblk, nmax, m, dark, method, p.OptimizationTol, p.MaxIterations)
+		e.launchAlmFlatIn(gpix, TMP, S, WIDCT, AOFF, ST, NN, ACT, m)
+		e.launchDctPass(gdct, TMP2, TMP, CM, ps, ACT)
+		e.launchDctPass(gdct, TMP, TMP2, CM, ps, ACT)
+		e.launchAlmFlatShrink(gpix, WHAT, TMP, ST, ACT, m)
+		e.launchDctPass(gdct, TMP2, WHAT, CT, ps, ACT)
+		e.launchDctPass(gdct, WIDCT, TMP2, CT, ps, ACT)
+		e.launchAlmMasks(perFit(1024), HI, LO, WIDCT, COEFF, COEFFA, AOFF, AOFFA, ST, NN, NOFF, ACT, m, dark)
+		e.launchAlmPass(gpass, E, Y, S, VSUM, PART, D, WT, WIDCT, AOFF, COEFF, VALID, HI, LO, ST, NN, NOFF, ACT, m, nmax, dark)
+		e.launchAlmControl(gctl, ST, COEFF, VALID, SIGN, DACT, PART, D, WIDCT, NN, NOFF, ACT, nblk, nmax, m, dark, method, p.OptimizationTol, p.MaxIterations)
 		if dark == 1 {
-			e.launch("alm_dark_a1", perFit(1024), TMP, VSUM, D, E, WIDCT, SIGN, ST, NN, NOFF, ACT, DACT, m)
-			e.launch("dct_pass", gdct, TMP2, TMP, CM, ps, DACT)
-			e.launch("dct_pass", gdct, TMP3, TMP2, CM, ps, DACT)
-			e.launch("alm_dark_soft", gpix, TMP3, ST, DACT, m)
-			e.launch("dct_pass", gdct, TMP2, TMP3, CT, ps, DACT)
-			e.launch("dct_pass", gdct, TMP, TMP2, CT, ps, DACT)
-			e.launch("alm_dark_out", gpix, AOFF, TMP, WIDCT, ST, DACT, m)
+			e.launchAlmDarkA1(perFit(1024), TMP, VSUM, D, E, WIDCT, SIGN, ST, NN, NOFF, ACT, DACT, m)
+			e.launchDctPass(gdct, TMP2, TMP, CM, ps, DACT)
+			e.launchDctPass(gdct, TMP3, TMP2, CM, ps, DACT)
+			e.launchAlmDarkSoft(gpix, TMP3, ST, DACT, m)
+			e.launchDctPass(gdct, TMP2, TMP3, CT, ps, DACT)
+			e.launchDctPass(gdct, TMP, TMP2, CT, ps, DACT)
+			e.launchAlmDarkOut(gpix, AOFF, TMP, WIDCT, ST, DACT, m)
 		}
 		get(e, st, ST)
 		ended := false
@@ -362,10 +362,10 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 		// flatfield and the reweighting convergence test.
 		e.op = "BaSiC reweighting"
 		put(e, ACT2, act2)
-		e.launch("alm_end_offset", perFit(1024), OFFSET, ST, AOFF, AOFFA, WIDCT, COEFFA, NN, NOFF, ACT2, m)
-		e.launch("alm_reweight", grw, WT, PART, E, COEFFA, ST, NN, NOFF, ACT2, m, p.Epsilon)
-		e.launch("alm_reweight_scale", grw, WT, PART, NN, NOFF, ACT2, m)
-		e.launch("alm_end_flat", perFit(1024), FLATLAST, DARKLAST, FLATCUR, ST, WIDCT, AOFFA, OFFSET, ACT2, m)
+		e.launchAlmEndOffset(perFit(1024), OFFSET, ST, AOFF, AOFFA, WIDCT, COEFFA, NN, NOFF, ACT2, m)
+		e.launchAlmReweight(grw, WT, PART, E, COEFFA, ST, NN, NOFF, ACT2, m, p.Epsilon)
+		e.launchAlmReweightScale(grw, WT, PART, NN, NOFF, ACT2, m)
+		e.launchAlmEndFlat(perFit(1024), FLATLAST, DARKLAST, FLATCUR, ST, WIDCT, AOFFA, OFFSET, ACT2, m)
 		get(e, st, ST)
 		restart := false
 		for f := range F {
@@ -428,9 +428,9 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 }
 
 func (e *Engine) resetSolve(act cu.DevicePtr, gpix dim, perFit func(int) dim, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF cu.DevicePtr, m int) {
-	e.launch("alm_reset_pix", gpix, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, act, m)
-	e.launch("alm_reset_elem", dim{gx: 64, gy: gpix.gy, gz: 1, bx: 256, by: 1, bz: 1}, E, Y, NN, NOFF, act, m)
-	e.launch("alm_reset_scalars", perFit(256), ST, COEFF, VALID, NN, NOFF, act)
+	e.launchAlmResetPix(gpix, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, act, m)
+	e.launchAlmResetElem(dim{gx: 64, gy: gpix.gy, gz: 1, bx: 256, by: 1, bz: 1}, E, Y, NN, NOFF, act, m)
+	e.launchAlmResetScalars(perFit(256), ST, COEFF, VALID, NN, NOFF, act)
 }
 
 // resizeInputs uploads each stack and resizes it to ps x ps into D
@@ -457,7 +457,7 @@ func (e *Engine) resizeInputs(ctx context.Context, ins []fitInput, D cu.DevicePt
 		}
 		plane := int64(in.h) * int64(in.w)
 		var src cu.DevicePtr
-		var kname string
+		var resizeY func(d dim, tmp, src cu.DevicePtr, sw, dh int, start, cnt, off, w cu.DevicePtr, scale float32, srcStride, tmpStride int64)
 		if in.u16 != nil {
 			src = e.alloc(int64(in.n) * plane * 2)
 			segs := make([]hostSeg, in.n)
@@ -465,17 +465,17 @@ func (e *Engine) resizeInputs(ctx context.Context, ins []fitInput, D cu.DevicePt
 				segs[k] = hostSeg{host: unsafe.Pointer(&t[0]), dev: src + cu.DevicePtr(int64(k)*plane*2), n: plane * 2}
 			}
 			e.upload(segs)
-			kname = "resize_y_u16"
+			resizeY = e.launchResizeYU16
 		} else {
 			src = e.alloc(int64(in.n) * plane * 4)
 			e.upload([]hostSeg{{host: unsafe.Pointer(&in.f32[0]), dev: src, n: int64(in.n) * plane * 4}})
-			kname = "resize_y_f32"
+			resizeY = e.launchResizeYF32
 		}
 		tmp := e.alloc(int64(in.n) * int64(ps) * int64(in.w) * 8)
-		e.launch(kname, dim{gx: (in.w + 255) / 256, gy: ps, gz: in.n, bx: 256, by: 1, bz: 1},
+		resizeY(dim{gx: (in.w + 255) / 256, gy: ps, gz: in.n, bx: 256, by: 1, bz: 1},
 			tmp, src, in.w, ps, ax.y.start, ax.y.cnt, ax.y.off, ax.y.w, norm16, plane, int64(ps)*int64(in.w))
 		dst := D + cu.DevicePtr(int64(off)*int64(m)*8)
-		e.launch("resize_x_f64", dim{gx: (ps + 255) / 256, gy: ps, gz: in.n, bx: 256, by: 1, bz: 1},
+		e.launchResizeXF64(dim{gx: (ps + 255) / 256, gy: ps, gz: in.n, bx: 256, by: 1, bz: 1},
 			dst, tmp, in.w, ps, ps, ax.x.start, ax.x.cnt, ax.x.off, ax.x.w, int64(ps)*int64(in.w), int64(m))
 		e.release(src, tmp)
 		off += in.n
@@ -496,14 +496,14 @@ func (e *Engine) profilesFullSize(profs []basic.Profile, FLAT, DARK cu.DevicePtr
 		tmp := e.alloc(int64(h) * int64(ps) * 8)
 		outF := e.alloc(plane * 4)
 		resize := func(dst, src cu.DevicePtr) {
-			e.launch("resize_y_f64", dim{gx: (ps + 255) / 256, gy: h, gz: 1, bx: 256, by: 1, bz: 1},
+			e.launchResizeYF64(dim{gx: (ps + 255) / 256, gy: h, gz: 1, bx: 256, by: 1, bz: 1},
 				tmp, src, ps, h, ay.start, ay.cnt, ay.off, ay.w, float32(1), m, int64(h)*int64(ps))
-			e.launch("resize_x_f32", dim{gx: (w + 255) / 256, gy: h, gz: 1, bx: 256, by: 1, bz: 1},
+			e.launchResizeXF32(dim{gx: (w + 255) / 256, gy: h, gz: 1, bx: 256, by: 1, bz: 1},
 				dst, tmp, ps, h, w, ax.start, ax.cnt, ax.off, ax.w, int64(h)*int64(ps), plane)
 		}
 		resize(outF, FLAT+cu.DevicePtr(int64(f)*m*8))
 		ok := e.alloc(4)
-		e.launch("flat_normalise", dim{gx: 1, gy: 1, gz: 1, bx: 1024, by: 1, bz: 1}, outF, ok, plane)
+		e.launchFlatNormalise(dim{gx: 1, gy: 1, gz: 1, bx: 1024, by: 1, bz: 1}, outF, ok, plane)
 		pr.Flatfield = make([]float32, plane)
 		get(e, pr.Flatfield, outF)
 		okv := make([]int32, 1)

@@ -41,7 +41,7 @@ func (b *Blender) Blend(ctx context.Context, tiles []*raster.Float32, pos []rast
 		defer dg.free(b.e)
 		dst := b.e.alloc(int64(len(out.Pix)) * 4)
 		defer b.e.release(dst)
-		b.e.launch("blend_f32", g.grid(), dst, cu.DevicePtr(0), src, len(tiles), h, w, g.outH, g.outW,
+		b.e.launchBlendF32(g.grid(), dst, cu.DevicePtr(0), src, len(tiles), h, w, g.outH, g.outW,
 			dg.py, dg.px, dg.ty, dg.tx)
 		get(b.e, out.Pix, dst)
 		return nil
@@ -74,7 +74,7 @@ func (e *Engine) CorrectAndBlend(ctx context.Context, tiles []*raster.Gray16, pr
 		defer dg.free(e)
 		dst := e.alloc(int64(len(out.Pix)) * 2)
 		defer e.release(dst)
-		e.launch("correct_blend_u16", g.grid(), cu.DevicePtr(0), dst, src, flat, dark, norm16, flatMin,
+		e.launchCorrectBlendU16(g.grid(), cu.DevicePtr(0), dst, src, flat, dark, norm16, flatMin,
 			len(tiles), h, w, g.outH, g.outW, dg.py, dg.px, dg.ty, dg.tx)
 		get(e, out.Pix, dst)
 		return nil
@@ -103,7 +103,7 @@ func (e *Engine) Correct(ctx context.Context, tiles []*raster.Gray16, prof *basi
 		n := int64(len(tiles)) * plane
 		dst := e.alloc(n * 4)
 		defer e.release(dst)
-		e.launch("correct_u16", grid1(n), dst, src, flat, dark, plane, n, norm16, flatMin)
+		e.launchCorrectU16(grid1(n), dst, src, flat, dark, plane, n, norm16, flatMin)
 		segs := make([]hostSeg, len(tiles))
 		for i, t := range out {
 			segs[i] = hostSeg{host: unsafe.Pointer(&t.Pix[0]), dev: dst + cu.DevicePtr(int64(i)*plane*4), n: plane * 4}

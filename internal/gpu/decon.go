@@ -151,7 +151,7 @@ func (e *Engine) DeconvolveGray16(ctx context.Context, in *raster.Stack, k *psf.
 		n := dout.len()
 		q := e.alloc(n * 2)
 		defer e.release(q)
-		e.launch("decon_quantize", grid1(n), q, dout.ptr, n)
+		e.launchDeconQuantize(grid1(n), q, dout.ptr, n)
 		segs := make([]hostSeg, len(pages))
 		plane := int64(dout.H) * int64(dout.W) * 2
 		for z, pg := range pages {
@@ -247,7 +247,7 @@ func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx,
 		}
 		d := dim{gx: (nx + deconCBX*cpt - 1) / (deconCBX * cpt), gy: (ny + deconCBY - 1) / deconCBY, gz: (nz + zb - 1) / zb,
 			bx: deconCBX, by: deconCBY, bz: 1, shmem: tw * (deconCBY + k.NY - 1) * 4}
-		e.launch(fmt.Sprintf("decon_conv_k%d_z%d", k.NX, zb), d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
+		e.launchDeconConvKZ(k.NX, zb, d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
 		return
 	}
 	if mode == 3 {
@@ -255,7 +255,7 @@ func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx,
 	}
 	d := dim{gx: (nx + deconCBX*deconCPT - 1) / (deconCBX * deconCPT), gy: (ny + deconCBY - 1) / deconCBY, gz: nz,
 		bx: deconCBX, by: deconCBY, bz: 1, shmem: deconTileFloats(k) * 4}
-	e.launch("decon_conv", d, dst, src, kd, k.NZ, k.NY, k.NX, nz, ny, nx, mode, aux, decon.Eps)
+	e.launchDeconConv(d, dst, src, kd, k.NZ, k.NY, k.NX, nz, ny, nx, mode, aux, decon.Eps)
 }
 
 // deconFixed reports whether k has a compile-time specialisation that fits
@@ -280,7 +280,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 	// Input checks and raw max on the device.
 	chk := ar.bytes(16)
 	cu.MemsetD8Async(chk, 0, 16, e.compute)
-	e.launch("decon_check", grid1(n), in.ptr, n, chk, chk+8)
+	e.launchDeconCheck(grid1(n), in.ptr, n, chk, chk+8)
 	var cv [2]uint64
 	get(e, cv[:], chk)
 	if cv[1] != 0 {
@@ -311,7 +311,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 	sums := ar.bytes(3 * 8)
 
 	obs := ar.bytes(m * 4)
-	e.launch("decon_pad", grid1(m), obs, in.ptr, g.N, g.H, g.W, pn, ph, pw, bn, g.BH, g.BW)
+	e.launchDeconPad(grid1(m), obs, in.ptr, g.N, g.H, g.W, pn, ph, pw, bn, g.BH, g.BW)
 	x := ar.bytes(m * 4)
 	cu.MemcpyDtoDAsync(x, obs, m*4, e.compute)
 	xnew := ar.bytes(m * 4)
@@ -362,8 +362,8 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 			o, c, y, a, b := obs, x, x, xnew, bL
 			if !single {
 				o, c, a = obsL, curL, aL
-				e.launch("decon_rows", grid1(lm), o, obs, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
-				e.launch("decon_rows", grid1(lm), c, x, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
+				e.launchDeconRows(grid1(lm), o, obs, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
+				e.launchDeconRows(grid1(lm), c, x, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
 				y = c
 			}
 			if biggs && it >= 2 {
@@ -371,9 +371,9 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 				y = yS
 				if !single {
 					xp, y = xpL, yL
-					e.launch("decon_rows", grid1(lm), xp, xprev, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
+					e.launchDeconRows(grid1(lm), xp, xprev, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
 				}
-				e.launch("decon_predict", grid1(lm), y, c, xp, float32(alpha), lm)
+				e.launchDeconPredict(grid1(lm), y, c, xp, float32(alpha), lm)
 			}
 			cvs.conv(false, b, y, pn, wh, pw, 1, o, 0, 0)
 			fused := single && !biggs && p.Damping == 0 && deconFixed(k) && cvs.fft == nil
@@ -381,7 +381,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 			case p.Damping > 0:
 				cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
 				e.deconConv(b, y, rd, R, pn, wh, pw, 0, 0, 0, 0)
-				e.launch("decon_damp", grid1(lm), a, y, b, oml, lam, lm)
+				e.launchDeconDamp(grid1(lm), a, y, b, oml, lam, lm)
 			case fused: // the new iterate and the stop rule's sum in one pass
 				cvs.conv(true, a, b, pn, wh, pw, 3, y, wd, sums)
 			default:
@@ -392,12 +392,12 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 				gp = gprev
 			}
 			if !fused {
-				e.launch("decon_sums", grid1(int64(pn)*int64(wn.Core1-wn.Core0)*int64(pw)), c, a, y, gcur, gp, wd,
+				e.launchDeconSums(grid1(int64(pn)*int64(wn.Core1-wn.Core0)*int64(pw)), c, a, y, gcur, gp, wd,
 					pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, sums)
 			}
 			if !single {
 				core := int64(pn) * int64(wn.Core1-wn.Core0) * int64(pw)
-				e.launch("decon_rows", grid1(core), xnew, a, pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, 1)
+				e.launchDeconRows(grid1(core), xnew, a, pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, 1)
 			}
 		}
 		var s [3]float64
@@ -428,7 +428,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 		lo, hi := e.deconPercentiles(x, g, pn, bn, n, p.HistClip, 100-p.HistClip)
 		st.Lo, st.Hi = lo, hi
 	}
-	e.launch("decon_scale", grid1(n), out.ptr, x, n, g.H, g.W, ph, pw, bn, g.BH, g.BW, scale, st.Lo, st.Hi, st.RawMax)
+	e.launchDeconScale(grid1(n), out.ptr, x, n, g.H, g.W, ph, pw, bn, g.BH, g.BW, scale, st.Lo, st.Hi, st.RawMax)
 	e.sync()
 	return out, st, nil
 }
@@ -437,7 +437,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 // region, exactly (deconSelect).
 func (e *Engine) deconPercentiles(x cu.DevicePtr, g decon.Geometry, pn, bn int, n int64, qs ...float64) (float64, float64) {
 	return e.deconSelect(n, func(bins cu.DevicePtr, shift, mask, all, mshift int, match uint32) {
-		e.launch("decon_hist", grid1(n), bins, x, n, g.H, g.W, g.PH, g.PW, bn, g.BH, g.BW, shift, mask, all, mshift, int(match))
+		e.launchDeconHist(grid1(n), bins, x, n, g.H, g.W, g.PH, g.PW, bn, g.BH, g.BW, shift, mask, all, mshift, match)
 	}, qs...)
 }
 
@@ -527,7 +527,7 @@ func (e *Engine) UploadPlaneGray16(ctx context.Context, d *DevStack, z int, pg *
 		tmp := e.alloc(n * 2)
 		defer e.release(tmp)
 		put(e, tmp, pg.Pix)
-		e.launch("normalize_u16", grid1(n), d.ptr+cu.DevicePtr(int64(z)*n*4), tmp, n, float32(1))
+		e.launchNormalizeU16(grid1(n), d.ptr+cu.DevicePtr(int64(z)*n*4), tmp, n, float32(1))
 		return nil
 	})
 }
@@ -542,7 +542,7 @@ func (e *Engine) DownloadPlaneGray16(ctx context.Context, d *DevStack, z int, ds
 		n := int64(d.H) * int64(d.W)
 		q := e.alloc(n * 2)
 		defer e.release(q)
-		e.launch("decon_quantize", grid1(n), q, d.ptr+cu.DevicePtr(int64(z)*n*4), n)
+		e.launchDeconQuantize(grid1(n), q, d.ptr+cu.DevicePtr(int64(z)*n*4), n)
 		get(e, dst.Pix, q)
 		return nil
 	})

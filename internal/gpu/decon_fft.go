@@ -98,7 +98,7 @@ func (e *Engine) newDeconFFT(ar *devArena, nz, ny, nx int, k *psf.Kernel, kd, kf
 	e.op = prev
 	e.sample()
 	for _, kk := range []struct{ src, dst cu.DevicePtr }{{kd, f.ks}, {kfd, f.kfs}} {
-		e.launch("decon_fft_place", grid1(total), f.real, kk.src, k.NZ, k.NY, k.NX, f.fz, f.fy, f.fx)
+		e.launchDeconFftPlace(grid1(total), f.real, kk.src, k.NZ, k.NY, k.NX, f.fz, f.fy, f.fx)
 		f.fwd.ExecR2C(f.real, kk.dst)
 		e.fftDebug("cufft kernel spectrum")
 	}
@@ -123,17 +123,17 @@ func (e *Engine) deconFFTConv(f *deconFFT, flipped bool, dst, src cu.DevicePtr, 
 	if flipped {
 		ks = f.kfs
 	}
-	e.launch("decon_fft_place", grid1(total), f.real, src, nz, ny, nx, f.fz, f.fy, f.fx)
+	e.launchDeconFftPlace(grid1(total), f.real, src, nz, ny, nx, f.fz, f.fy, f.fx)
 	prev := e.op
 	e.op = "cufft R2C"
 	f.fwd.ExecR2C(f.real, f.spec)
 	e.fftDebug("cufft R2C")
 	e.op = prev
-	e.launch("decon_fft_mul", grid1(nc), f.spec, ks, float32(1/float64(total)), nc)
+	e.launchDeconFftMul(grid1(nc), f.spec, ks, float32(1/float64(total)), nc)
 	e.op = "cufft C2R"
 	f.inv.ExecC2R(f.spec, f.real)
 	e.fftDebug("cufft C2R")
 	e.op = prev
-	e.launch("decon_fft_take", grid1(int64(nz)*int64(ny)*int64(nx)), dst, f.real, nz, ny, nx, f.fy, f.fx,
+	e.launchDeconFftTake(grid1(int64(nz)*int64(ny)*int64(nx)), dst, f.real, nz, ny, nx, f.fy, f.fx,
 		f.k.NZ/2, f.k.NY/2, f.k.NX/2, mode, aux, decon.Eps)
 }

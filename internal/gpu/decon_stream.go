@@ -416,13 +416,13 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 			y := s.c
 			if biggs && it >= 2 {
 				y = s.y
-				e.launch("decon_predict", grid1(lm), y, s.c, s.xp, float32(alpha), lm)
+				e.launchDeconPredict(grid1(lm), y, s.c, s.xp, float32(alpha), lm)
 			}
 			cvs.conv(false, s.b, y, pn, wh, pw, 1, s.o, 0, 0)
 			if p.Damping > 0 {
 				cvs.conv(true, s.a, s.b, pn, wh, pw, 0, 0, 0, 0)
 				e.deconConv(s.b, y, rd, R, pn, wh, pw, 0, 0, 0, 0)
-				e.launch("decon_damp", grid1(lm), s.a, y, s.b, oml, lam, lm)
+				e.launchDeconDamp(grid1(lm), s.a, y, s.b, oml, lam, lm)
 			} else {
 				cvs.conv(true, s.a, s.b, pn, wh, pw, 2, y, 0, 0)
 			}
@@ -434,7 +434,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 				}
 			}
 			// G and G_prev in the slab's core layout (pn, core, pw): ph = core, c0 = 0, lo = Lo - Core0
-			e.launch("decon_sums", grid1(int64(pn)*int64(core)*int64(pw)), s.c, s.a, y, gc, gp, wd,
+			e.launchDeconSums(grid1(int64(pn)*int64(core)*int64(pw)), s.c, s.a, y, gc, gp, wd,
 				pn, core, pw, wn.Lo-wn.Core0, wh, 0, core, sums)
 			s.evComp.record(e.compute)
 			streamWait(down, s.evComp)
@@ -499,7 +499,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 			cropPass(func(s *deconSet, c crop) {
 				hs := c.r1 - c.r0
 				ns := int64(g.N) * int64(hs) * int64(g.W)
-				e.launch("decon_hist", grid1(ns), bins, s.o, ns, hs, g.W, hs, pw, 0, 0, g.BW, shift, mask, all, mshift, int(match))
+				e.launchDeconHist(grid1(ns), bins, s.o, ns, hs, g.W, hs, pw, 0, 0, g.BW, shift, mask, all, mshift, match)
 			})
 		}, p.HistClip, 100-p.HistClip)
 	}
@@ -520,11 +520,11 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 	cropPass(func(s *deconSet, c crop) {
 		hs := c.r1 - c.r0
 		ns := int64(g.N) * int64(hs) * int64(g.W)
-		e.launch("decon_scale", grid1(ns), s.a, s.o, ns, hs, g.W, hs, pw, 0, 0, g.BW, scale, st.Lo, st.Hi, st.RawMax)
+		e.launchDeconScale(grid1(ns), s.a, s.o, ns, hs, g.W, hs, pw, 0, 0, g.BW, scale, st.Lo, st.Hi, st.RawMax)
 		y0 := c.r0 - g.BH
 		segs := make([]hostSeg, g.N)
 		if gray16 {
-			e.launch("decon_quantize", grid1(ns), s.b, s.a, ns)
+			e.launchDeconQuantize(grid1(ns), s.b, s.a, ns)
 			for z, pg := range pages {
 				segs[z] = hostSeg{host: unsafe.Pointer(&pg.Pix[y0*g.W]), dev: s.b + cu.DevicePtr(int64(z)*int64(hs)*int64(g.W)*2), n: int64(hs) * int64(g.W) * 2}
 			}

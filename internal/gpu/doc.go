@@ -45,3 +45,9 @@
 // (lossless: each fit's arithmetic is independent of the others); the stage
 // at production size peaks at about 6 GiB.
 package gpu
+
+// The typed kernel launchers (launch_gen.go, e.launchCropMeans(d, ...)) are
+// generated from kernels/*.cu by kernelgen: a launch with a wrong argument
+// count or type does not compile.
+//
+//go:generate go run ./kernelgen -dir kernels -out launch_gen.go

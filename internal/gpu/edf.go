@@ -126,11 +126,11 @@ func (e *Engine) edfGateDev(stack cu.DevicePtr, f32 bool, n, h, w int) []edf.Sli
 	cu.MemsetD8Async(cnt, 0, int64(n)*16, e.compute)
 	gx := int(min(1024, (plane+255)/256))
 	d := dim{gx: gx, gy: n, gz: 1, bx: 256, by: 1, bz: 1}
-	name := "edf_gate_u16"
+	gate := e.launchEdfGateU16
 	if f32 {
-		name = "edf_gate_f32"
+		gate = e.launchEdfGateF32
 	}
-	e.launch(name, d, cnt, stack, plane, float32(edf.SatLevel))
+	gate(d, cnt, stack, plane, float32(edf.SatLevel))
 	host := make([]uint64, 2*n)
 	get(e, host, cnt)
 	st := make([]edf.SliceStats, n)
@@ -147,9 +147,9 @@ func (e *Engine) edfGateDev(stack cu.DevicePtr, f32 bool, n, h, w int) []edf.Sli
 func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h, w int, used []int, p edf.Params, out, outIdx cu.DevicePtr) error {
 	plane := int64(w) * int64(h)
 	elem := int64(2)
-	gy, gather := "edf_gauss_y_u16", "edf_gather_u16"
+	gy, gather := e.launchEdfGaussYU16, e.launchEdfGatherU16
 	if f32 {
-		elem, gy, gather = 4, "edf_gauss_y_f32", "edf_gather_f32"
+		elem, gy, gather = 4, e.launchEdfGaussYF32, e.launchEdfGatherF32
 	}
 	wg := edf.GaussWeights(p.Sigma)
 	dw := e.alloc(int64(len(wg)) * 8)
@@ -171,9 +171,9 @@ func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h
 			return err
 		}
 		src := stack + cu.DevicePtr(int64(z)*plane*elem)
-		e.launch(gy, g2, tmp, src, h, w, dw, len(wg)-1)
-		e.launch("edf_gauss_x", g2, s, tmp, h, w, dw, len(wg)-1)
-		e.launch("edf_var_argmax", g2, best, idx, s, h, w, p.RadiusY, p.RadiusX, k)
+		gy(g2, tmp, src, h, w, dw, len(wg)-1)
+		e.launchEdfGaussX(g2, s, tmp, h, w, dw, len(wg)-1)
+		e.launchEdfVarArgmax(g2, best, idx, s, h, w, p.RadiusY, p.RadiusX, k)
 	}
 	f := cu.DevicePtr(0)
 	if p.ZSmoothSigma > 0 {
@@ -181,11 +181,11 @@ func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h
 		dz := e.alloc(int64(len(zw)) * 8)
 		defer e.release(dz)
 		put(e, dz, zw)
-		e.launch("edf_gauss_y_u16", g2, tmp, idx, h, w, dz, len(zw)-1)
-		e.launch("edf_gauss_x", g2, s, tmp, h, w, dz, len(zw)-1)
+		e.launchEdfGaussYU16(g2, tmp, idx, h, w, dz, len(zw)-1)
+		e.launchEdfGaussX(g2, s, tmp, h, w, dz, len(zw)-1)
 		f = s
 	}
-	e.launch(gather, grid1(plane), out, outIdx, f, idx, stack, dused, len(used), plane)
+	gather(grid1(plane), out, outIdx, f, idx, stack, dused, len(used), plane)
 	return nil
 }
 
@@ -202,9 +202,9 @@ func (e *Engine) edfWaveletDev(ctx context.Context, stack cu.DevicePtr, f32 bool
 	if L == 0 {
 		L = edf.AutoLevels(w, h)
 	}
-	elem, load := int64(2), "edf_wl_load_u16"
+	elem, load := int64(2), e.launchEdfWlLoadU16
 	if f32 {
-		elem, load = 4, "edf_wl_load_f32"
+		elem, load = 4, e.launchEdfWlLoadF32
 	}
 	var bufs []cu.DevicePtr
 	alloc := func(b int64) cu.DevicePtr { d := e.alloc(b); bufs = append(bufs, d); return d }
@@ -219,10 +219,10 @@ func (e *Engine) edfWaveletDev(ctx context.Context, stack cu.DevicePtr, f32 bool
 	// transform runs slice z's levels, calling fn(l, prev, next) after each.
 	transform := func(z int, fn func(l int, prev, next cu.DevicePtr)) cu.DevicePtr {
 		prev, next := A, B
-		e.launch(load, g1, prev, stack+cu.DevicePtr(int64(z)*plane*elem), plane)
+		load(g1, prev, stack+cu.DevicePtr(int64(z)*plane*elem), plane)
 		for l := 1; l <= L; l++ {
-			e.launch("edf_wl_atrous_y", g2, T, prev, h, w, 1<<(l-1))
-			e.launch("edf_wl_atrous_x", g2, next, T, h, w, 1<<(l-1))
+			e.launchEdfWlAtrousY(g2, T, prev, h, w, 1<<(l-1))
+			e.launchEdfWlAtrousX(g2, next, T, h, w, 1<<(l-1))
 			fn(l, prev, next)
 			prev, next = next, prev
 		}
@@ -234,31 +234,31 @@ func (e *Engine) edfWaveletDev(ctx context.Context, stack cu.DevicePtr, f32 bool
 		}
 		cl := transform(z, func(l int, prev, next cu.DevicePtr) {
 			o := int64(l - 1)
-			e.launch("edf_wl_select", g1, bestAbs+cu.DevicePtr(o*plane*4), sel+cu.DevicePtr(o*plane*2), energy, prev, next, plane, k, l)
+			e.launchEdfWlSelect(g1, bestAbs+cu.DevicePtr(o*plane*4), sel+cu.DevicePtr(o*plane*2), energy, prev, next, plane, k, l)
 		})
-		e.launch("edf_wl_low", g1, low, bestE, height, cl, energy, plane, k)
+		e.launchEdfWlLow(g1, low, bestE, height, cl, energy, plane, k)
 	}
 	// Consistency: majority filter, each selection map in place through hmaj.
 	for l := 0; l < L; l++ {
 		sl := sel + cu.DevicePtr(int64(l)*plane*2)
-		e.launch("edf_wl_majority", g2, hmaj, sl, h, w)
+		e.launchEdfWlMajority(g2, hmaj, sl, h, w)
 		cu.MemcpyDtoDAsync(sl, hmaj, plane*2, e.compute)
 	}
-	e.launch("edf_wl_majority", g2, hmaj, height, h, w)
+	e.launchEdfWlMajority(g2, hmaj, height, h, w)
 	comp := low // the residual sum becomes the composite
-	e.launch("edf_wl_comp_init", g1, comp, low, plane, 1/float64(len(used)))
+	e.launchEdfWlCompInit(g1, comp, low, plane, 1/float64(len(used)))
 	for k, z := range used {
 		if err := checkCtx(ctx); err != nil {
 			return err
 		}
 		transform(z, func(l int, prev, next cu.DevicePtr) {
-			e.launch("edf_wl_synth", g1, comp, sel+cu.DevicePtr(int64(l-1)*plane*2), prev, next, plane, k)
+			e.launchEdfWlSynth(g1, comp, sel+cu.DevicePtr(int64(l-1)*plane*2), prev, next, plane, k)
 		})
 	}
 	if f32 {
-		e.launch("edf_wl_out_f32", g1, out, comp, plane)
+		e.launchEdfWlOutF32(g1, out, comp, plane)
 	} else {
-		e.launch("edf_wl_out_u16", g1, out, comp, plane)
+		e.launchEdfWlOutU16(g1, out, comp, plane)
 	}
 	if outIdx != 0 {
 		u32 := make([]int32, len(used))
@@ -269,7 +269,7 @@ func (e *Engine) edfWaveletDev(ctx context.Context, stack cu.DevicePtr, f32 bool
 		defer e.release(dused)
 		put(e, dused, u32)
 		// Map the height map to stack indices with the gather kernel's index path (f null).
-		e.launch("edf_wl_map_index", g1, outIdx, hmaj, dused, plane)
+		e.launchEdfWlMapIndex(g1, outIdx, hmaj, dused, plane)
 	}
 	return nil
 }

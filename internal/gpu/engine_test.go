@@ -50,7 +50,7 @@ func TestEngineErrors(t *testing.T) {
 	err = e.do(context.Background(), "bad launch", func() error {
 		p := e.alloc(8)
 		defer e.release(p)
-		e.launch("fill_f64", dim{gx: 1, gy: 1, gz: 1, bx: 4096, by: 1, bz: 1}, p, 0.0, int64(1))
+		e.launchFillF64(dim{gx: 1, gy: 1, gz: 1, bx: 4096, by: 1, bz: 1}, p, 0.0, int64(1))
 		return nil
 	})
 	var ce *Error
@@ -83,7 +83,7 @@ func TestEngineConcurrentCalls(t *testing.T) {
 			for range 20 {
 				if err := testEngine.do(context.Background(), "small alloc", func() error {
 					p := testEngine.alloc(1 << 20)
-					testEngine.launch("fill_f64", grid1(1<<17), p, 1.0, int64(1<<17))
+					testEngine.launchFillF64(grid1(1<<17), p, 1.0, int64(1<<17))
 					testEngine.release(p)
 					return nil
 				}); err != nil {

@@ -4,49 +4,54 @@ package gpu
 
 import (
 	"embed"
+	"errors"
 	"fmt"
-	"math"
-	"regexp"
-	"sort"
+	"io/fs"
 	"unsafe"
 
 	"github.com/mumax/3/cuda/cu"
 	"github.com/mumax/3/cuda/cufft"
 )
 
-// The kernels' PTX, generated from kernels/*.cu by `make ptx` (nvcc,
-// virtual architecture compute_75, which the driver JIT-compiles for any
-// newer GPU: Turing through Blackwell) and committed.
+// The kernels, generated from kernels/*.cu and committed: <module>.ptx by
+// `make ptx` (nvcc, virtual architecture compute_75, which the driver
+// JIT-compiles for any newer GPU: Turing through Blackwell), and, where
+// present, <module>.fatbin by `make fatbin` (the same compute_75 PTX plus
+// SASS compiled from it for sm_80, sm_90 and sm_100, so that A100, H100/H200
+// and B200 nodes load the kernels without JIT compilation). The directory
+// is embedded whole (sources, PTX, fatbins: a few MB).
 //
-//go:embed kernels/*.ptx
-var ptxFiles embed.FS
+//go:embed kernels
+var kernelFiles embed.FS
 
-var entryRE = regexp.MustCompile(`(?m)^\s*\.(?:visible\s+)?\.entry\s+([A-Za-z_][A-Za-z0-9_]*)`)
+// kernelImage returns the image of module name: its fatbin if one is
+// embedded, else its PTX.
+func kernelImage(name string) (file string, img []byte, err error) {
+	for _, ext := range []string{".fatbin", ".ptx"} {
+		file = name + ext
+		img, err = kernelFiles.ReadFile("kernels/" + file)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return file, img, err
+		}
+	}
+	return file, nil, fmt.Errorf("module %s: no %s.fatbin or %s.ptx embedded (run make ptx)", name, name, name)
+}
 
-// loadKernels JIT-loads every embedded module and looks up every entry, so
-// that a PTX the driver cannot use fails at Open, not mid-run.
+// loadKernels loads every module of kernelModules (launch_gen.go, generated
+// from the .cu sources) and looks up every kernel it defines, so that an
+// image the driver cannot use, or one that lacks a kernel, fails at Open,
+// not mid-run.
 func (e *Engine) loadKernels() error {
-	ents, err := ptxFiles.ReadDir("kernels")
-	if err != nil {
-		return err
-	}
-	names := make([]string, 0, len(ents))
-	for _, d := range ents {
-		names = append(names, d.Name())
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		src, err := ptxFiles.ReadFile("kernels/" + name)
+	for _, km := range kernelModules {
+		file, img, err := kernelImage(km.name)
 		if err != nil {
 			return err
 		}
-		e.op = "load module " + name
-		mod := cu.ModuleLoadData(string(src))
-		for _, m := range entryRE.FindAllStringSubmatch(string(src), -1) {
-			if _, dup := e.fns[m[1]]; dup {
-				return fmt.Errorf("kernel %s defined twice (module %s)", m[1], name)
-			}
-			e.fns[m[1]] = mod.GetFunction(m[1])
+		e.op = "load module " + file
+		mod := cu.ModuleLoadData(string(img))
+		for _, k := range km.kernels {
+			e.op = "load kernel " + k + " of module " + file
+			e.fns[k] = mod.GetFunction(k)
 		}
 	}
 	if len(e.fns) == 0 {
@@ -67,32 +72,18 @@ func grid1(n int64) dim {
 	return dim{gx: int(g), gy: 1, gz: 1, bx: bs, by: 1, bz: 1}
 }
 
-// launch runs kernel name on the compute stream. Arguments are
-// cu.DevicePtr, int (passed as 64 bits, so the kernel may declare int or
-// long long), float32 or float64. With Options.Debug it synchronises and
-// reports a failure as the failure of this kernel.
-func (e *Engine) launch(name string, d dim, args ...any) {
+// launchArgs runs kernel name on the compute stream with its arguments as
+// the 64-bit words the typed launchers of launch_gen.go make (a kernel reads
+// from each word the bytes of its parameter: the low 4 of an int or float).
+// With Options.Debug it synchronises and reports a failure as the failure of
+// this kernel.
+func (e *Engine) launchArgs(name string, d dim, vals ...uint64) {
 	f, ok := e.fns[name]
 	if !ok {
 		panic("gpu: unknown kernel " + name)
 	}
-	vals := make([]uint64, len(args))
-	ptrs := make([]unsafe.Pointer, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case cu.DevicePtr:
-			vals[i] = uint64(v)
-		case int:
-			vals[i] = uint64(int64(v))
-		case int64:
-			vals[i] = uint64(v)
-		case float32:
-			vals[i] = uint64(math.Float32bits(v))
-		case float64:
-			vals[i] = math.Float64bits(v)
-		default:
-			panic(fmt.Sprintf("gpu: kernel %s: argument %d of type %T", name, i, a))
-		}
+	ptrs := make([]unsafe.Pointer, len(vals))
+	for i := range vals {
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
 	prev := e.op

@@ -57,7 +57,7 @@ func (r *Registrar) Downsample(ctx context.Context, img *raster.Gray16, ks []int
 // into dst (floor(h/k) x floor(w/k) float32).
 func (e *Engine) regDownsampleDev(dst, src cu.DevicePtr, h, w, k int) {
 	oh, ow := h/k, w/k
-	e.launch("reg_downsample", grid1(int64(oh)*int64(ow)), dst, src, w, k, oh, ow, 1/float64(k*k))
+	e.launchRegDownsample(grid1(int64(oh)*int64(ow)), dst, src, w, k, oh, ow, 1/float64(k*k))
 }
 
 // mapParams packs a mapping for the kernels: a0..a3, b0, b1, hasField.
@@ -136,7 +136,7 @@ func (r *Registrar) Warp(ctx context.Context, imgs []*raster.Gray16, m *register
 // regWarpDev warps the ih x iw uint16 image src through the mapping
 // (packed parameters mp, field fd) into the oh x ow uint16 image dst.
 func (e *Engine) regWarpDev(dst, src cu.DevicePtr, ih, iw, oh, ow int, mp cu.DevicePtr, fd devField) {
-	e.launch("reg_warp", grid1(int64(oh)*int64(ow)), dst, src, iw, ih, ow, oh, mp, fd.dy, fd.dx, fd.ny, fd.nx, fd.y0, fd.x0, fd.step)
+	e.launchRegWarp(grid1(int64(oh)*int64(ow)), dst, src, iw, ih, ow, oh, mp, fd.dy, fd.dx, fd.ny, fd.nx, fd.y0, fd.x0, fd.step)
 }
 
 // regMaxBatchBytes bounds the complex buffer of one block batch.
@@ -208,17 +208,17 @@ func (e *Engine) regBlockShiftsDev(ctx context.Context, F cu.DevicePtr, fh, fw i
 		PK := e.alloc(int64(nb) * 11 * 8)
 		put(e, BL, bl)
 		gb := dim{gx: int((n + 255) / 256), gy: nb, gz: 1, bx: 256, by: 1, bz: 1}
-		e.launch("reg_block_sample", gb, Z, F, fw, M, mh, mw, BL, MP, fd.dy, fd.dx, fd.ny, fd.nx, fd.y0, fd.x0, fd.step, k, bh, bw)
-		e.launch("reg_block_window", dim{gx: nb, gy: 1, gz: 1, bx: 256, by: 1, bz: 1}, Z, WY, WX, bh, bw)
+		e.launchRegBlockSample(gb, Z, F, fw, M, mh, mw, BL, MP, fd.dy, fd.dx, fd.ny, fd.nx, fd.y0, fd.x0, fd.step, k, bh, bw)
+		e.launchRegBlockWindow(dim{gx: nb, gy: 1, gz: 1, bx: 256, by: 1, bz: 1}, Z, WY, WX, bh, bw)
 		plan := e.plan(cufft.Z2Z, bh, bw, nb)
 		e.op = "cufft forward"
 		plan.ExecZ2Z(Z, Z, cufft.FORWARD)
 		e.fftDebug("cufft forward")
-		e.launch("reg_cross_power", gb, Z, LY, LX, bh, bw)
+		e.launchRegCrossPower(gb, Z, LY, LX, bh, bw)
 		e.op = "cufft inverse"
 		plan.ExecZ2Z(Z, Z, cufft.INVERSE)
 		e.fftDebug("cufft inverse")
-		e.launch("reg_pcm_peak", dim{gx: nb, gy: 1, gz: 1, bx: 256, by: 1, bz: 1}, PK, Z, bh, bw)
+		e.launchRegPcmPeak(dim{gx: nb, gy: 1, gz: 1, bx: 256, by: 1, bz: 1}, PK, Z, bh, bw)
 		pk := make([]float64, nb*11)
 		get(e, pk, PK)
 		e.release(BL, Z, PK)
