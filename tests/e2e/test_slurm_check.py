@@ -104,6 +104,15 @@ class ParseTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             parse("Job 5 has been submitted with SLURM jobid 9 (log: x).\n")
 
+    def test_plugin_2_6_submission_lines(self):
+        # plugin >= 2.6: no rule blocks; the rule and the wildcard values come from the log path.
+        sub, run_id = parse(f"SLURM run ID: {RUN_ID}\n"
+                            "Job 3 has been submitted with SLURM jobid 51 (log: /r/.snakemake/slurm_logs/rule_edf/04/51.log).\n"
+                            "Job 0 has been submitted with SLURM jobid 52 (log: /r/.snakemake/slurm_logs/rule_registration/52.log).\n")
+        self.assertEqual([(j["rule"], j["wildcards"], j["slurm_jobid"]) for j in sub],
+                         [("edf", {"#0": "04"}, "51"), ("registration", {}, "52")])
+        self.assertEqual(sc.expected_names(sub[0], run_id), (RUN_ID, "rule_edf_wildcards_04"))
+
 
 class CheckTest(unittest.TestCase):
     def test_plugin_names_and_expectations(self):
@@ -168,6 +177,31 @@ class CheckTest(unittest.TestCase):
         t = lambda s: T0 + dt.timedelta(seconds=s)  # noqa: E731
         self.assertEqual(sc.max_concurrent([(t(0), t(10)), (t(10), t(20)), (t(5), t(15))]), 2)
         self.assertEqual(sc.max_concurrent([]), 0)
+
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+
+
+class RecordedLogTest(unittest.TestCase):
+    """Logs recorded from real `snakemake registration` runs of tests/e2e/run.sh (7 cycles) on the local
+    SLURM: Debian's Snakemake 7.21, and Snakemake 9.25.2 with snakemake-executor-plugin-slurm 2.7.1
+    (no rule blocks: rule and wildcards from the submission lines' log paths)."""
+
+    def check_registration_run(self, name, want_run_id):
+        path = os.path.join(TESTDATA, name)
+        self.assertTrue(os.path.isfile(path), f"{path} missing")
+        sub, run_id = sc.parse_log(path)
+        self.assertEqual(run_id is not None, want_run_id)
+        got = sorted((j["rule"], int(next(iter(j["wildcards"].values()), 0))) for j in sub)
+        want = sorted([(r, c) for r in ("stitch", "deconvolve", "edf") for c in range(1, 8)] + [("registration", 0)])
+        self.assertEqual(got, want)
+        self.assertEqual(len({j["slurm_jobid"] for j in sub}), 22)
+        return sub, run_id
+
+    def test_snakemake_7_21(self):
+        sub, run_id = self.check_registration_run("snakemake-7.21-registration.log", False)
+        self.assertTrue(all(sc.expected_names(j, run_id)[0] == f"snakejob_{j['rule']}_{j['smk_jobid']}" for j in sub))
+
+
 
 class WorkConservingTest(unittest.TestCase):
     def jobs(self, n):
