@@ -4,7 +4,8 @@
 GO        ?= go
 BIN       ?= bin
 CMDS      := wrappers/stitch wrappers/decon wrappers/edf wrappers/register \
-             cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi-accuracy cmd/kintsugi-qc
+             cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi-accuracy cmd/kintsugi-qc \
+             cmd/kintsugi-config
 LDFLAGS   := -s -w
 export CGO_ENABLED ?= 0
 

@@ -6,12 +6,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
-	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -97,9 +97,9 @@ func plan(c *cli.Context) error {
 	if c.String("config") == "" {
 		return cliutil.Usagef("missing --config (the pipeline's config.yaml)")
 	}
-	cfg, err := config.Load(c.String("config"))
+	cfg, err := cliutil.LoadConfig(c.String("config"))
 	if err != nil {
-		return cliutil.AsUsage(err)
+		return err
 	}
 	live, from := cfg.LiveAccounts, "config live_accounts"
 	switch s := c.String("live-accounts"); {
@@ -118,14 +118,14 @@ func plan(c *cli.Context) error {
 			return err
 		}
 		from = "squeue"
-		lg.Info("live GPU use from squeue (running + pending jobs, all users)", "in_use", inUse)
+		lg.Info("live GPU use from squeue (running + pending jobs, all users)", "in_use", countsText(inUse))
 	}
 	p, err := assign.BuildLive(cfg, live, from)
 	if err != nil {
 		return cliutil.AsUsage(err)
 	}
 	if p.Live != nil {
-		lg.Info("placement", "source", p.Source, "from", p.Live.From, "applied", p.Live.Applied, "no_data", p.Live.NoData, "jobs", p.Jobs)
+		lg.Info("placement", "source", p.Source, "from", p.Live.From, "applied", appliedText(p), "no_data", strings.Join(p.Live.NoData, ", "), "jobs", p.Jobs)
 		free := 0
 		for _, a := range p.Live.Applied {
 			free += a.Avail
@@ -148,16 +148,9 @@ func discover(c *cli.Context) error {
 	if err := noArgs(c); err != nil {
 		return err
 	}
-	name := c.String("user")
-	if name == "" {
-		name = os.Getenv("USER")
-	}
-	if name == "" {
-		u, err := user.Current()
-		if err != nil {
-			return cliutil.Usagef("no user: pass --user (%v)", err)
-		}
-		name = u.Username
+	name, err := assign.UserName(c.String("user"))
+	if err != nil {
+		return cliutil.AsUsage(err)
 	}
 	d, err := assign.Discover(c.Context, runner, name, c.String("cluster"))
 	if err != nil {
@@ -168,7 +161,7 @@ func discover(c *cli.Context) error {
 	}
 	pg, pc := c.String("partition-gpu"), c.String("partition-cpu")
 	if pg == "" || pc == "" {
-		sg, sc, err := sinfoPartitions(c.Context)
+		sg, sc, err := assign.DiscoverPartitions(c.Context, runner)
 		if err != nil {
 			return fmt.Errorf("%w (or pass --partition-gpu and --partition-cpu)", err)
 		}
@@ -191,11 +184,28 @@ func discover(c *cli.Context) error {
 	return nil
 }
 
-func sinfoPartitions(ctx context.Context) (gpu, cpu string, err error) {
-	out, err := runner(ctx, "sinfo", "--noheader", "--format=%P|%G")
-	if err != nil {
-		return "", "", err
+// countsText renders a per-account count for a log line: "acct_a 2, acct_b 0"
+// (by name), not Go's map[...] form.
+func countsText(m map[string]int) string {
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", n, m[n]))
 	}
-	gpu, cpu = assign.Partitions(out)
-	return gpu, cpu, nil
+	return strings.Join(parts, ", ")
+}
+
+// appliedText renders the live availability a plan used for a log line:
+// "acct_a 1 free of 3, acct_b 0 free of 2 (reported -1)" (by name; the
+// reported value where the cap changed it).
+func appliedText(p *assign.Plan) string {
+	names := slices.Sorted(maps.Keys(p.Live.Applied))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		a := p.Live.Applied[n]
+		parts[i] = fmt.Sprintf("%s %d free of %d", n, a.Avail, p.Slots[n])
+		if a.Reported != a.Avail {
+			parts[i] += fmt.Sprintf(" (reported %d)", a.Reported)
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/assign"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 )
 
 const cfgText = `project_dir: /p
@@ -31,18 +31,10 @@ resources:
 // execute runs the app as main would and returns the exit code and stdout.
 func execute(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stdout
-	os.Stdout = w
-	done := make(chan string)
-	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
-	err = newApp().RunContext(context.Background(), append([]string{"kintsugi-assign", "--log-format", "text", "--log-level", "error"}, args...))
-	w.Close()
-	os.Stdout = old
-	return cliutil.ExitCode(err), <-done
+	out, err := exectest.Stdout(t, func() error {
+		return newApp().RunContext(context.Background(), append([]string{"kintsugi-assign", "--log-format", "text", "--log-level", "error"}, args...))
+	})
+	return cliutil.ExitCode(err), out
 }
 
 func writeConfig(t *testing.T, text string) string {
@@ -182,5 +174,26 @@ func TestDiscoverOutput(t *testing.T) {
 	_, out = execute(t, "discover", "--user", "root", "--partition-gpu", "hpg-b200,hpg-turin", "--partition-cpu", "hpg-default")
 	if !strings.Contains(out, `partition_gpu: "hpg-b200,hpg-turin", partition_cpu: hpg-default}`) {
 		t.Errorf("partition flags not used:\n%s", out)
+	}
+}
+
+// Issue 16 point 8: the placement log line names accounts in words, not Go's
+// map[acct_a:{Reported:1 Avail:1}] form.
+func TestLogLinesReadable(t *testing.T) {
+	logs, err := exectest.Capture(t, &os.Stderr, func() error {
+		_, err := exectest.Stdout(t, func() error {
+			return newApp().RunContext(context.Background(), []string{"kintsugi-assign", "--log-format", "text", "--config", writeConfig(t, cfgText),
+				"--live-accounts", `[{"name":"acct_a","gpu_avail":-2},{"name":"acct_b","gpu_avail":1}]`})
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs, "map[") || !strings.Contains(logs, `applied="acct_a 0 free of 3 (reported -2), acct_b 1 free of 2"`) {
+		t.Errorf("placement log line:\n%s", logs)
+	}
+	if got := countsText(map[string]int{"b": 0, "a": 2}); got != "a 2, b 0" {
+		t.Errorf("countsText = %q", got)
 	}
 }

@@ -21,7 +21,9 @@ func main() {
 		`Writes <out>/data/raw/cycNN/1_{tile:05d}_Z{z:03d}_CH{c}.tif (uint16), the truth in
 <out>/ground_truth/ (truth.json, flatfield_CH{c}.tif, darkfield_CH{c}.tif, per cycle
 tile_positions.csv and the true scene of the reference z at mosaic size) and
-<out>/config.yaml. A preset gives every field; each flag overrides one.
+<out>/config.yaml; with --meta also <out>/meta/experiment.json (CODEX form) and
+<out>/meta/CHANNELNAMES.txt, from which kintsugi-config init writes the config.
+A preset gives every field; each flag overrides one.
 The same seed gives identical files, whatever --workers is.
 
 Presets:
@@ -65,6 +67,7 @@ func flags() []cli.Flag {
 		&cli.Float64Flag{Name: "dark", Usage: "darkfield mean of channel 1, counts"},
 		&cli.BoolFlag{Name: "truth-scene", Usage: "write the true scene of the reference z (preset: true)"},
 		&cli.BoolFlag{Name: "focus-scene", Usage: "also write the all-in-focus scene (preset: false)"},
+		&cli.BoolFlag{Name: "meta", Usage: "also write <out>/meta/experiment.json (the CODEX instrument's form) and meta/CHANNELNAMES.txt, for kintsugi-config init"},
 		&cli.StringFlag{Name: "config", Usage: `config file to write (default <out>/config.yaml; "none" to skip)`},
 		&cli.StringFlag{Name: "kintsugi-dir", Usage: "kintsugi_dir of the written config: the checkout whose bin/ holds the executables (default: the project dir)"},
 		&cli.StringFlag{Name: "device", Usage: "device key of the written config: gpu or cpu (default: not written, i.e. gpu)"},
@@ -87,6 +90,12 @@ func run(c *cli.Context) error {
 	}
 	if err := synth.Generate(c.Context, o); err != nil {
 		return err
+	}
+	if c.Bool("meta") {
+		if err := synth.WriteMeta(o); err != nil {
+			return err
+		}
+		log.Info("metadata written", "dir", synth.MetaDir(o.OutDir))
 	}
 	cfg := c.String("config")
 	if cfg == "none" {

@@ -8,7 +8,9 @@ package assign
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"os/user"
 	"sort"
 	"strconv"
 	"strings"
@@ -399,6 +401,33 @@ func (e *usageErr) Error() string { return e.msg }
 func IsUsage(err error) bool {
 	_, ok := err.(*usageErr)
 	return ok
+}
+
+// DiscoverPartitions asks sinfo for the partitions of a discovered
+// accounts block (Partitions).
+func DiscoverPartitions(ctx context.Context, run Runner) (gpu, cpu string, err error) {
+	out, err := run(ctx, "sinfo", "--noheader", "--format=%P|%G")
+	if err != nil {
+		return "", "", err
+	}
+	gpu, cpu = Partitions(out)
+	return gpu, cpu, nil
+}
+
+// UserName is the SLURM user Discover asks about: name when given, else
+// $USER, else the current user.
+func UserName(name string) (string, error) {
+	if name == "" {
+		name = os.Getenv("USER")
+	}
+	if name == "" {
+		u, err := user.Current()
+		if err != nil {
+			return "", &usageErr{fmt.Sprintf("no user name: pass --user (%v)", err)}
+		}
+		name = u.Username
+	}
+	return name, nil
 }
 
 // Partitions picks the partitions of the discovered block from sinfo -h -o

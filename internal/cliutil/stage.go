@@ -1,6 +1,7 @@
 package cliutil
 
 import (
+	"log/slog"
 	"slices"
 
 	"github.com/urfave/cli/v2"
@@ -18,11 +19,16 @@ func NoArgs(c *cli.Context) error {
 }
 
 // LoadConfig loads the pipeline config; any error (unreadable file, bad
-// key) is a usage error naming the file or key.
+// key, bad channel name) is a usage error naming the file or key. Channel
+// names that the duplicate rule changed are logged in one record.
 func LoadConfig(path string) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, AsUsage(err)
+	}
+	if len(cfg.Renamed) > 0 {
+		slog.Info("duplicate channel names made unique (the original's rule; output files use the new names)",
+			"config", cfg.Path, "renamed", config.RenamedText(cfg.Renamed))
 	}
 	return cfg, nil
 }

@@ -93,6 +93,7 @@ type Config struct {
 	Live                       bool                 `json:"live"` // place cycles with live availability from squeue (kintsugi-assign)
 	LiveAccounts               []LiveAccount        `json:"-"`
 	Resources                  Resources            `json:"resources"`
+	Renamed                    []Rename             `json:"-"` // channel names changed by the duplicate rule (names.go)
 }
 
 // Decon is the decon section (this project's keys; the original hard-codes
@@ -178,7 +179,7 @@ func DefaultRegistration() Registration {
 }
 
 // ChannelMarker returns the marker name of channel ch (1-based) of cycle:
-// channel_names[cycle][ch-1], else "".
+// channel_names[cycle][ch-1] after the duplicate rule (UniqueNames), else "".
 func (c *Config) ChannelMarker(cycle, ch int) string {
 	names := c.ChannelNames[strconv.Itoa(cycle)]
 	if ch < 1 || ch > len(names) {
@@ -188,14 +189,15 @@ func (c *Config) ChannelMarker(cycle, ch int) string {
 }
 
 // EDFFileName is the original's EDF output name of a channel: the marker
-// name with '/' and ' ' replaced by '_', plus ".tif"; "CH{c}_edf.tif" when
-// the cycle has no channel names.
+// name (ChannelMarker, after the duplicate rule) with '/' and ' ' replaced by
+// '_' (FileStem), plus ".tif"; "CH{c}_edf.tif" when the cycle has no channel
+// names. Every stage's per-channel file name is this one.
 func (c *Config) EDFFileName(cycle, ch int) string {
 	m := c.ChannelMarker(cycle, ch)
 	if m == "" {
 		return fmt.Sprintf("CH%d_edf.tif", ch)
 	}
-	return strings.NewReplacer("/", "_", " ", "_").Replace(m) + ".tif"
+	return FileStem(m) + ".tif"
 }
 
 // Wavelength returns the [excitation, emission] wavelengths of channel ch
@@ -303,9 +305,10 @@ func Parse(path string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// check holds the rules a JSON schema cannot express.
+// check holds the rules a JSON schema cannot express; it also applies the
+// channel-name rule (resolveChannelNames).
 func (c *Config) check() Errors {
-	var errs Errors
+	errs := c.resolveChannelNames()
 	add := func(key, format string, args ...any) {
 		errs = append(errs, &Error{File: c.Path, Key: key, Msg: fmt.Sprintf(format, args...)})
 	}

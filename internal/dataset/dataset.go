@@ -63,6 +63,25 @@ func ResolveCycleDir(project string, n int) (string, error) {
 // globs _Z{z:03d}_ with a _Z{z:02d}_ fallback).
 var tileName = regexp.MustCompile(`^(\d+)_(\d+)_Z(\d+)_CH(\d+)\.tiff?$`)
 
+// ParseTileName reads the region, tile, z-plane and channel numbers of a raw
+// tile file name ({region}_{tile:05d}_Z{z:03d}_CH{c}.tif, z of 2 or 3
+// digits); ok is false for any other name.
+func ParseTileName(name string) (region, tile, z, ch int, ok bool) {
+	m := tileName.FindStringSubmatch(name)
+	if m == nil {
+		return 0, 0, 0, 0, false
+	}
+	n := [4]int{}
+	for i := range n {
+		v, err := strconv.Atoi(m[i+1])
+		if err != nil {
+			return 0, 0, 0, 0, false // more digits than an int holds
+		}
+		n[i] = v
+	}
+	return n[0], n[1], n[2], n[3], true
+}
+
 // Cycle is one discovered and checked raw cycle.
 type Cycle struct {
 	Number     int
@@ -121,14 +140,10 @@ func Discover(ctx context.Context, project string, n int, o Options) (*Cycle, er
 	zs := map[int]bool{}
 	var extra []string
 	for _, e := range ents {
-		m := tileName.FindStringSubmatch(e.Name())
-		if m == nil || e.IsDir() {
+		region, tile, z, ch, ok := ParseTileName(e.Name())
+		if !ok || e.IsDir() {
 			continue
 		}
-		region, _ := strconv.Atoi(m[1])
-		tile, _ := strconv.Atoi(m[2])
-		z, _ := strconv.Atoi(m[3])
-		ch, _ := strconv.Atoi(m[4])
 		if !want[ch] {
 			continue // a channel this run does not process
 		}

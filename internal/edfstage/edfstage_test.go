@@ -61,6 +61,23 @@ func run(cfg *config.Config) (*Result, error) {
 	return Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: edf.CPU{Workers: 2}, Workers: 2})
 }
 
+// Issue 16: a cycle whose channels share a name (the original's blank
+// channels) runs, each channel to its own file named by the original's rule.
+func TestRunDuplicateNames(t *testing.T) {
+	cfg, _ := project(t, map[string]any{"channel_names": map[string][]string{"1": {"Blank", "Blank"}}})
+	if _, err := run(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for ch, want := range map[int]string{1: "Blank_1.tif", 2: "Blank_1a.tif"} {
+		if got := cfg.EDFFileName(1, ch); got != want {
+			t.Errorf("channel %d output name %s, want %s", ch, got, want)
+		}
+		if _, err := os.Stat(filepath.Join(OutDir(cfg.ProjectDir, 1), want)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func TestRun(t *testing.T) {
 	cfg, stacks := project(t, nil)
 	res, err := run(cfg)
@@ -136,7 +153,11 @@ func TestBadInput(t *testing.T) {
 		{"corrupt tiff", nil, func(cfg *config.Config) {
 			os.WriteFile(filepath.Join(InputDir(cfg.ProjectDir, 1), "CH1", "deconv_002.tif"), []byte("II*\x00junk"), 0o644)
 		}, "deconv_002.tif"},
-		{"duplicate marker names", map[string]any{"channel_names": map[string][]string{"1": {"CD3 x", "CD3/x"}}}, nil, "channel_names.1"},
+		// The loader makes duplicate names unique (config.UniqueNames); a Config
+		// built in code past it still cannot give two channels one file.
+		{"duplicate marker names past the loader", nil, func(cfg *config.Config) {
+			cfg.ChannelNames["1"] = []string{"CD3 x", "CD3/x"}
+		}, "channel_names.1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ package exectest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,3 +125,25 @@ func ReadTree(t testing.TB, dir string) map[string][]byte {
 	}
 	return out
 }
+
+// Capture runs f (an in-process command: a urfave/cli app's RunContext) with
+// *file (&os.Stdout or &os.Stderr) redirected to a pipe and returns what f
+// wrote there and f's error.
+func Capture(t testing.TB, file **os.File, f func() error) (string, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *file
+	*file = w
+	done := make(chan string)
+	go func() { b, _ := io.ReadAll(r); done <- string(b) }()
+	ferr := f()
+	w.Close()
+	*file = old
+	return <-done, ferr
+}
+
+// Stdout is Capture of os.Stdout.
+func Stdout(t testing.TB, f func() error) (string, error) { return Capture(t, &os.Stdout, f) }

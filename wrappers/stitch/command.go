@@ -53,9 +53,9 @@ func (o *commandOptions) load() (*config.Config, int, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	cfg, err := config.Load(o.ConfigPath)
+	cfg, err := cliutil.LoadConfig(o.ConfigPath)
 	if err != nil {
-		return nil, 0, cliutil.AsUsage(err)
+		return nil, 0, err
 	}
 	if !slices.Contains(cfg.Cycles, o.Cycle) {
 		return nil, 0, cliutil.Usagef("--cycle %d: not in the config's cycles %v", o.Cycle, cfg.Cycles)
