@@ -91,13 +91,7 @@ if not os.access(os.path.join(BIN, "kintsugi-assign"), os.X_OK):
     raise WorkflowError(f"{BIN}/kintsugi-assign not found: run `make` in {KINTSUGI} (or set kintsugi_dir)")
 KINTSUGI_CONFIG = os.path.join(BIN, "kintsugi-config")
 if not os.access(KINTSUGI_CONFIG, os.X_OK):
-    if os.path.isdir(os.path.join(KINTSUGI, "cmd", "kintsugi-config")):
-        raise WorkflowError(f"{KINTSUGI_CONFIG} not found: run `make` in {KINTSUGI} (the Snakefile validates the config with it)")
-    # Transitional: a checkout without cmd/kintsugi-config (before that executable landed). The raw
-    # files are not checked and EDF names come from _edf_filename_py.
-    KINTSUGI_CONFIG = None
-    if MAIN:
-        print(f"kintsugi: {KINTSUGI} has no cmd/kintsugi-config: raw config files {_sm_configfiles()} not checked by the Go loader", file=sys.stderr)
+    raise WorkflowError(f"{KINTSUGI_CONFIG} not found: run `make` in {KINTSUGI} (the Snakefile validates the config with it)")
 
 
 def _kintsugi_config(args, what):
@@ -108,7 +102,7 @@ def _kintsugi_config(args, what):
     return proc.stdout
 
 
-if KINTSUGI_CONFIG and _sm_configfiles():
+if _sm_configfiles():
     _kintsugi_config(["check", "--raw"] + _sm_configfiles(), "config file refused")
     if MAIN:
         print(f"kintsugi-config: raw config files {_sm_configfiles()} passed", file=sys.stderr)
@@ -210,15 +204,6 @@ def cyc_fmt(c):
     return f"{int(c):02d}"
 
 
-def _edf_filename_py(cycle, ch):
-    """Only without bin/kintsugi-config (see above): the original's EDF output name, the marker name
-    with '/' and ' ' replaced by '_', + .tif; CH{ch}_edf.tif when the cycle has no names."""
-    names = CHANNEL_NAMES.get(int(cycle), CHANNEL_NAMES.get(str(int(cycle)), [])) or []
-    if 1 <= ch <= len(names) and names[ch - 1]:
-        return names[ch - 1].replace("/", "_").replace(" ", "_") + ".tif"
-    return f"CH{ch}_edf.tif"
-
-
 def _write_config_json():
     """The config as Snakemake sees it (files merged with --config, numbers converted) for the Go
     executables, written atomically under the project so that SLURM jobs on other nodes read the
@@ -246,8 +231,6 @@ def _edf_files():
     """{cycle: [EDF file name of channel 1, 2, ...]} as the Go executables name them: from the full
     check of the merged config (`kintsugi-config check`: channel-name rules, duplicates renamed),
     so validate, QC and registration see the same names; it fails before any job when a name is bad."""
-    if KINTSUGI_CONFIG is None:
-        return {c: [_edf_filename_py(c, ch) for ch in CHANNELS] for c in CYCLES}
     doc = json.loads(_kintsugi_config(["check", CONFIG_JSON], "config refused"))
     out = {}
     for c in CYCLES:
