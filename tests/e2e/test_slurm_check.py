@@ -201,6 +201,12 @@ class RecordedLogTest(unittest.TestCase):
         sub, run_id = self.check_registration_run("snakemake-7.21-registration.log", False)
         self.assertTrue(all(sc.expected_names(j, run_id)[0] == f"snakejob_{j['rule']}_{j['smk_jobid']}" for j in sub))
 
+    def test_snakemake_9_25_2_plugin_2_7_1(self):
+        sub, run_id = self.check_registration_run("snakemake-9.25.2-registration.log", True)
+        j = next(j for j in sub if j["rule"] == "edf")
+        self.assertEqual(sc.expected_names(j, run_id), (run_id, "rule_edf_wildcards_" + j["wildcards"]["#0"]))
+        self.assertEqual(sc.wildcard_of(j["wildcards"], "cycle", 0), j["wildcards"]["#0"])
+
 
 
 class WorkConservingTest(unittest.TestCase):
