@@ -69,12 +69,15 @@ e2e: build
 clean:
 	rm -rf $(BIN)
 
-# Fuzz the TIFF reader (outside CI): FUZZTIME (default 10m) of go test -fuzz on
-# FuzzDecode, seeded with internal/tiffio/testdata/fuzz/FuzzDecode (ImageJ
-# big-/little-endian files among them). A crash is written there as a new
-# corpus file: fix the reader and commit the file.
+# Fuzz the readers of untrusted files (outside CI): FUZZTIME (default 10m) each
+# of go test -fuzz on the TIFF reader's FuzzDecode (seeded with
+# internal/tiffio/testdata/fuzz/FuzzDecode: ImageJ big-/little-endian files
+# among them) and the config loader's FuzzLoad (seeded with the example config
+# and small hostile YAML). A crash is written to the package's
+# testdata/fuzz/<target>/ as a new corpus file: fix the reader and commit it.
 FUZZTIME ?= 10m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/tiffio
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./internal/config
 
 -include mk/cuda.mk

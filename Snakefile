@@ -396,6 +396,7 @@ def _sentinels(stage):
 
 REGISTERED = PROCESSED + "/registered/.snakemake_complete"
 QC_SENTINELS = [f"{QC_DIR}/.snakemake_complete_{s}" for s in ("stitch", "decon", "edf", "registration")]
+QC_REPORT = QC_DIR + "/report.html"  # rules/report.smk
 
 wildcard_constraints:
     cycle=r"\d+",
@@ -408,6 +409,7 @@ rule all:
     input:
         REGISTERED,
         QC_SENTINELS,
+        QC_REPORT,
 
 
 rule stitch_all:
@@ -418,6 +420,7 @@ rule stitch_all:
 rule qc:
     input:
         QC_SENTINELS,
+        QC_REPORT,
 
 
 # ---- GPU stages: one job per cycle (registration: one job), one GPU each ------------------------------
@@ -548,6 +551,9 @@ rule qc_registration:
         **_qc_resources("mem_qc_registration", 16000, "time_qc_registration", 30),
     shell:
         _stage_shell("qc_registration", "kintsugi-qc", "run --stage registration --config {params.config:q}", env="cpus_per_task={resources.cpus_per_task}")
+
+
+include: "rules/report.smk"
 
 
 # ---- validate: every marker-named EDF file exists (the original's check) --------------------------------

@@ -34,6 +34,9 @@ cores=${EXAMPLE_CORES:-$(nproc)}
 # Debian's snakemake runs on /usr/bin/python3 (a pyenv python3 on PATH lacks it).
 snakemake registration --snakefile "$repo/Snakefile" --directory "$out" \
   --configfile "$out/config.yaml" --cores "$cores" --printshellcmds
+# The QC rules and the one-page QC report (qc_plots/report.html), on the CPU.
+snakemake qc --snakefile "$repo/Snakefile" --directory "$out" \
+  --configfile "$out/config.yaml" --cores "$cores" --printshellcmds
 for c in 1 2; do bin/kintsugi-accuracy --project "$out" --cycle "$c"; done
 p=$out/data/processed
 echo "stitched planes:     $p/stitched/cycNN/CH{c}/NN.tif"
@@ -43,3 +46,4 @@ echo "registered:          $p/registered/cycNN/<marker>.tif, $p/registered/regis
 for m in "$p"/registered/qc/cyc*_metrics.json; do [ -f "$m" ] && echo "  $(basename "$m"): $(tr -d '\n ' < "$m" | grep -o '"ncc_[a-z_]*":[-0-9.e]*' | tr '\n' ' ')"; done
 echo "accuracy: every channel's flatfield error is below the uncorrected one (DAPI ~4.8 % vs 10.1 %; CH2 3.0 %"
 echo "(blank) and 4.7 % (marker) vs 5.6 %), the darkfield within ~21 counts of 460-464 (README, Accuracy)."
+echo "QC report:           $out/qc_plots/report.html ($(du -h "$out/qc_plots/report.html" | cut -f1), self-contained: open it in a browser)"

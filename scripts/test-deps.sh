@@ -3,7 +3,7 @@
 #   1. Debian packages (--no-install-recommends): the SLURM daemons (munge, slurm-wlm, slurmdbd with
 #      MariaDB), Snakemake 7.21, tifffile (the independent TIFF reader of the tests), libtiff6 (the
 #      TIFF cross-check writes LZW/PackBits files through it), make, git and ca-certificates (Go's
-#      module download); and the Debian side of Snakemake 9 (third_party/snakemake-wheels/INSTALL.md).
+#      module download), chromium (the QC report test renders report.html headless); and the Debian side of Snakemake 9 (third_party/snakemake-wheels/INSTALL.md).
 #   2. Snakemake 9 venvs from the offline wheelhouse third_party/snakemake-wheels/whl (no network):
 #      $KINTSUGI_SM_VENVS/<version> (default /opt/kintsugi-sm) for each of $KINTSUGI_SM_VERSIONS
 #      (default 9.25.2: the e2e runs on it; `SM_VERSIONS="9.25.2 9.16.3 9.16.2" scripts/test-deps.sh`
@@ -11,7 +11,7 @@
 #      4.26.0, on Debian's /usr/bin/python3 with its site packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs="make git ca-certificates munge slurm-wlm slurmdbd mariadb-server snakemake python3-tifffile python3-jsonschema libtiff6 bc"
+pkgs="make git ca-certificates munge slurm-wlm slurmdbd mariadb-server snakemake python3-tifffile python3-jsonschema libtiff6 bc chromium"
 # Snakemake 9.x from the wheelhouse: these come from Debian (third_party/snakemake-wheels/INSTALL.md).
 pkgs9="python3-venv python3-yaml python3-docutils python3-psutil python3-requests python3-git python3-pulp
   python3-tabulate python3-connection-pool python3-throttler python3-humanfriendly python3-appdirs python3-jinja2

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 )
 
@@ -123,26 +126,33 @@ func TestCheckErrors(t *testing.T) {
 
 func TestCheckRaw(t *testing.T) {
 	many := strings.Builder{}
-	for i := 0; i <= maxKeysPerMapping; i++ {
+	for i := 0; i <= config.MaxKeysPerMapping; i++ {
 		many.WriteString("k" + itoa(i) + ": 1\n")
 	}
-	deep := strings.Repeat("[", maxDepth+2) + strings.Repeat("]", maxDepth+2) + "\n"
+	deep := strings.Repeat("[", config.MaxDepth+2) + strings.Repeat("]", config.MaxDepth+2) + "\n"
 	cases := []struct{ name, text, want string }{
 		{"duplicate key", "a: 1\nb:\n  c: 1\n  c: 2\n", "key b.c: line 4: duplicate key (first at line 3)"},
 		{"alias", "a: &x [1]\nb: *x\n", "anchor &x"},
 		{"alias only", "b: *x\n", "invalid YAML"},
 		{"merge key", "a: {b: 1}\nc:\n  <<: {b: 2}\n", "merge key"},
-		{"too many keys", many.String(), "1001 keys in one mapping"},
+		{"too many keys", many.String(), fmt.Sprintf("%d keys in one mapping", config.MaxKeysPerMapping+1)},
 		{"too deep", "a: " + deep, "levels deep"},
 		{"two documents", "a: 1\n---\nb: 2\n", "more than one YAML document"},
 		{"empty", "", "empty file"},
-		{"too big", "a: '" + strings.Repeat("x", maxRawBytes) + "'\n", "larger than"},
+		{"too big", "a: '" + strings.Repeat("x", config.MaxFileBytes) + "'\n", "larger than"},
+		{"not a regular file", "", "not a regular file"},
 		{"bad syntax", "a: [1\n", "invalid YAML"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			good := write(t, "good.yaml", issueConfig)
 			bad := write(t, "bad.yaml", tc.text)
+			if tc.name == "not a regular file" {
+				os.Remove(bad)
+				if err := syscall.Mkfifo(bad, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 			code, out, msg := execute(t, "check", "--raw", good, bad)
 			if code != cliutil.ExitUsage || out != "" || !strings.Contains(msg, "bad.yaml") || !strings.Contains(msg, tc.want) {
 				t.Errorf("exit %d, error %q; want exit 2 naming bad.yaml and %q", code, msg, tc.want)

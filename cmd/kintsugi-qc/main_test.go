@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
@@ -31,11 +33,29 @@ func TestExitCodes(t *testing.T) {
 		{"stage not run yet", []string{"run", "--config", cfg, "--stage", "edf"}, 2},
 		{"bad config", []string{"run", "--config", cfg + ".missing", "--stage", "edf"}, 2},
 		{"bad workers", []string{"run", "--config", cfg, "--stage", "edf", "--workers", "-1"}, 2},
+		{"report: missing --config", []string{"report"}, 2},
+		{"report: bad config", []string{"report", "--config", cfg + ".missing"}, 2},
+		{"report: extra argument", []string{"report", "--config", cfg, "now"}, 2},
+		{"report: bad crop", []string{"report", "--config", cfg, "--crop-px", "4"}, 2},
+		{"report: nothing run yet (notes, not an error)", []string{"report", "--config", cfg}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := newApp().RunContext(context.Background(), append([]string{"kintsugi-qc", "--log-level", "error"}, tc.args...))
+			app := newApp()
+			var out bytes.Buffer
+			app.Writer = &out
+			err := app.RunContext(context.Background(), append([]string{"kintsugi-qc", "--log-level", "error"}, tc.args...))
 			if got := cliutil.ExitCode(err); got != tc.want {
 				t.Errorf("exit %d (%v), want %d", got, err, tc.want)
+			}
+			if tc.want == 0 && tc.args[0] == "report" {
+				// The report's path on stdout, the page there.
+				p := filepath.Join(dir, "qc_plots", "report.html")
+				if strings.TrimSpace(out.String()) != p {
+					t.Errorf("printed %q, want %s", out.String(), p)
+				}
+				if b, err := os.ReadFile(p); err != nil || !bytes.Contains(b, []byte("no QC metrics for cycle(s) 1")) {
+					t.Errorf("%s: %v", p, err)
+				}
 			}
 		})
 	}

@@ -93,6 +93,7 @@ type PositionReport struct {
 	Max       float64 `json:"max"`
 	MaxTile   int     `json:"max_tile"` // tile number of the max
 	Pairs     int     `json:"pairs"`    // grid neighbour pairs
+	Within05  int     `json:"within_0_5px"`
 	Within1   int     `json:"within_1px"`
 	Within2   int     `json:"within_2px"`
 	PairRMS   float64 `json:"pair_rms"` // RMS length of the relative-translation errors
@@ -389,6 +390,9 @@ func comparePositions(ct *synth.CycleTruth, g synth.Grid, est []estPosition) (Po
 			d := math.Hypot(ey, ex)
 			pr.Pairs++
 			p2 += d * d
+			if d <= 0.5 {
+				pr.Within05++
+			}
 			if d <= 1 {
 				pr.Within1++
 			}

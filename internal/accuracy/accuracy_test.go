@@ -207,8 +207,8 @@ func TestEvaluateFixture(t *testing.T) {
 	}
 	// Pairs (A-B): 1-2: 0; 2-3: |d3| = 1.80; 6-5: |d5-d6| = 2.14; 5-4: |d5| = 0.90;
 	// 1-6: |d6| = 2.5; 2-5: 0.90; 3-4: 1.80.
-	if p.Pairs != 7 || p.Within1 != 3 || p.Within2 != 5 {
-		t.Errorf("pairs %d within 1 px %d within 2 px %d, want 7, 3, 5", p.Pairs, p.Within1, p.Within2)
+	if p.Pairs != 7 || p.Within05 != 1 || p.Within1 != 3 || p.Within2 != 5 {
+		t.Errorf("pairs %d within 0.5 px %d within 1 px %d within 2 px %d, want 7, 1, 3, 5", p.Pairs, p.Within05, p.Within1, p.Within2)
 	}
 	near(t, "pair max", p.PairMax, 2.5, exactTol)
 	if p.WorstPair != [2]int{1, 6} {

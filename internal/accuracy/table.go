@@ -57,9 +57,9 @@ func WriteTable(w io.Writer, r Report, perPlane bool) error {
 	if p := r.Positions; p != nil {
 		fmt.Fprintln(w, "\ntile positions (px, after removing the global offset; pairs: grid neighbours)")
 		tw := newTab()
-		fmt.Fprintln(tw, "tiles\toffset y\toffset x\trms\tmax (tile)\tpairs\t<= 1 px\t<= 2 px\tpair rms\tpair max (tiles)\t")
-		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.3f\t%.3f (%d)\t%d\t%d\t%d\t%.3f\t%.3f (%d-%d)\t\n",
-			p.Tiles, p.OffsetY, p.OffsetX, p.RMS, p.Max, p.MaxTile, p.Pairs, p.Within1, p.Within2, p.PairRMS, p.PairMax, p.WorstPair[0], p.WorstPair[1])
+		fmt.Fprintln(tw, "tiles\toffset y\toffset x\trms\tmax (tile)\tpairs\t<= 0.5 px\t<= 1 px\t<= 2 px\tpair rms\tpair max (tiles)\t")
+		fmt.Fprintf(tw, "%d\t%.2f\t%.2f\t%.3f\t%.3f (%d)\t%d\t%d\t%d\t%d\t%.3f\t%.3f (%d-%d)\t\n",
+			p.Tiles, p.OffsetY, p.OffsetX, p.RMS, p.Max, p.MaxTile, p.Pairs, p.Within05, p.Within1, p.Within2, p.PairRMS, p.PairMax, p.WorstPair[0], p.WorstPair[1])
 		if err := tw.Flush(); err != nil {
 			return err
 		}

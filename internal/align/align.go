@@ -1,7 +1,8 @@
 // Package align computes tile positions of a grid mosaic: pairwise
 // translations between grid neighbours by phase correlation checked with
 // normalised cross-correlation (NCC), outlier filtering with a stage model
-// (MIST), and a maximum spanning tree over NCC weights.
+// (MIST), a maximum spanning tree over NCC weights, and optionally a global
+// robust least-squares refinement of the positions over all accepted pairs.
 //
 // Tiles are float32 planes (y, x), all of the same size, row-major with x
 // fastest (raster.Float32), in any intensity unit (NCC is invariant to gain
@@ -46,6 +47,10 @@ type Params struct {
 	NCCThreshold float64 // initial NCC threshold [ncc_threshold] (0.078)
 	POU          float64 // percent overlap uncertainty, % of tile size [pou] (0.5)
 	Subpixel     bool    // refine translations to sub-pixel precision
+	// Global: solve the positions by robust least squares over all
+	// accepted pairs (step 10 of Align) instead of placing them along the
+	// spanning tree [stitching.global_refinement]. Translators ignore it.
+	Global bool
 }
 
 // PairTranslator measures the translations of neighbour pairs. This is the

@@ -1,6 +1,7 @@
 package align
 
 import (
+	"context"
 	"math"
 	"math/cmplx"
 	"math/rand/v2"
@@ -264,7 +265,7 @@ func TestSpanningTreeAndPlace(t *testing.T) {
 	if len(tree) != 3 || tree[0] != 0 || tree[1] != 1 || tree[2] != 3 {
 		t.Fatalf("tree = %v, want [0 1 3] (valid edges beat a higher-NCC invalid one)", tree)
 	}
-	pos := place(4, grid, pairs, tr, tree, [2]Translation{{DX: 10}, {DY: 8}})
+	pos := shiftToZero(place(4, grid, pairs, tr, tree, [2]Translation{{DX: 10}, {DY: 8}}))
 	// tile 0 (0,0); 1 (1,10); 2 (8,-1); 3 = 2 + (2,11) = (10,10); shift x by +1
 	wantPos := []raster.Point{{Y: 0, X: 1}, {Y: 1, X: 11}, {Y: 8, X: 0}, {Y: 10, X: 11}}
 	for i := range wantPos {
@@ -279,7 +280,7 @@ func TestSpanningTreeAndPlace(t *testing.T) {
 		t.Fatalf("pairs %v, want only 0-1", pairs)
 	}
 	tree = spanningTree(3, pairs, []Translation{{DY: 0.5, DX: 9, NCC: 1}}, []bool{true})
-	pos = place(3, grid, pairs, []Translation{{DY: 0.5, DX: 9, NCC: 1}}, tree, [2]Translation{{DX: 9}, {DY: 7}})
+	pos = shiftToZero(place(3, grid, pairs, []Translation{{DY: 0.5, DX: 9, NCC: 1}}, tree, [2]Translation{{DX: 9}, {DY: 7}}))
 	// tile 2 by the model: 2*(7,0) + 1*(0,9) = (14, 9)
 	if pos[2] != (raster.Point{Y: 14, X: 9}) || pos[1] != (raster.Point{Y: 0.5, X: 9}) {
 		t.Errorf("disconnected placement %v", pos)
@@ -376,5 +377,64 @@ func TestFilter(t *testing.T) {
 	}
 	if m.r != 3 {
 		t.Errorf("r = %d, want ceil(3 %% of 100) = 3", m.r)
+	}
+}
+
+// TestGlobalDropsOutlier drives the global refinement (step 10 of Align)
+// with hand-made translations on flat tiles, where no NCC climb finds a
+// measurement, so only the drop step can remove a wrong translation: on a
+// 3x3 grid every pair is accepted, the translations are the truth plus
+// 0.05 px, and one interior pair (in two loops) is 3 px off with NCC 0.99.
+func TestGlobalDropsOutlier(t *testing.T) {
+	rows, cols, h, w := 3, 3, 40, 40
+	var grid []GridPos
+	truth := make([]raster.Point, 0, rows*cols)
+	for r := range rows {
+		for c := range cols {
+			grid = append(grid, GridPos{r, c})
+			truth = append(truth, raster.Point{Y: 32*float64(r) + 0.3*float64(c), X: 32*float64(c) - 0.2*float64(r*r)})
+		}
+	}
+	pairs := Pairs(rows, cols, grid)
+	tr := make([]Translation, len(pairs))
+	accepted := make([]bool, len(pairs))
+	wrong := -1
+	for i, pr := range pairs {
+		e := 0.05 * float64(i%3-1)
+		tr[i] = Translation{DY: truth[pr.B].Y - truth[pr.A].Y + e, DX: truth[pr.B].X - truth[pr.A].X - e, NCC: 0.8}
+		accepted[i] = true
+		if pr.A == 4 && pr.Dir == Left { // tiles 4-5: centre to the right
+			wrong = i
+			tr[i].DY += 3
+			tr[i].NCC = 0.99
+		}
+	}
+	tiles := make([]*raster.Float32, len(grid))
+	for i := range tiles {
+		tiles[i] = raster.NewFloat32(w, h)
+		for k := range tiles[i].Pix {
+			tiles[i].Pix[k] = 1
+		}
+	}
+	m := &mist{pairs: pairs, grid: grid, first: tr, h: h, w: w, p: Params{Overlap: 0.2, NCCThreshold: 0.078, POU: 3}, thr: 0.078}
+	tree := spanningTree(len(grid), pairs, tr, accepted)
+	pos0 := place(len(grid), grid, pairs, tr, tree, [2]Translation{{DX: 32}, {DY: 32}})
+	g, err := m.refineGlobal(context.Background(), tiles, tr, accepted, tree, pos0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pairs {
+		if got, want := g.outlier[i], i == wrong; got != want || g.accepted[i] == want {
+			t.Errorf("pair %d %+v: outlier %v accepted %v, want outlier %v", i, pairs[i], got, g.accepted[i], want)
+		}
+		if g.accepted[i] && g.residual(i) > GlobalTol {
+			t.Errorf("accepted pair %d: residual %.3f px > %.2f", i, g.residual(i), GlobalTol)
+		}
+	}
+	for k, q := range g.pos {
+		dy, dx := q.Y-g.pos[0].Y-(truth[k].Y-truth[0].Y), q.X-g.pos[0].X-(truth[k].X-truth[0].X)
+		if e := math.Hypot(dy, dx); e > 0.15 {
+			t.Errorf("tile %d: position error %.3f px > 0.15 with the wrong pair dropped", k, e)
+		}
 	}
 }

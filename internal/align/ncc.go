@@ -163,13 +163,18 @@ func (s *scorer) score(dy, dx int) (float64, bool) {
 	if !s.g.Plausible(dy, dx) {
 		return 0, false
 	}
+	return s.ncc(dy, dx), true
+}
+
+// ncc returns the NCC at (dy, dx), memoised, plausible or not.
+func (s *scorer) ncc(dy, dx int) float64 {
 	k := [2]int{dy, dx}
 	if v, ok := s.seen[k]; ok {
-		return v, true
+		return v
 	}
 	v := NCC(s.a, s.b, dy, dx)
 	s.seen[k] = v
-	return v, true
+	return v
 }
 
 // climb moves from (y, x), whose score is v, to the best of its 8 neighbours

@@ -4,6 +4,12 @@
 // fsynced, closed and renamed over the destination; the directory is then
 // fsynced so the rename survives a crash. On any error the temp file is
 // removed and the destination is left untouched.
+//
+// Only a regular file (or nothing) at the destination is replaced: a
+// device, FIFO, socket, directory or symlink there is refused
+// (ErrNotRegular), checked before the temp file is made and again just
+// before the rename, so that e.g. --out /dev/full run as root does not turn
+// the device node into a file.
 package atomicfile
 
 import (
@@ -15,6 +21,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // Write creates or replaces path with the bytes fill writes to w. perm is
@@ -27,6 +35,9 @@ func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err err
 	}
 	if dir == "" {
 		dir = "."
+	}
+	if err := replaceable(path); err != nil {
+		return err
 	}
 	f, tmp, err := createTemp(dir, base, perm)
 	if err != nil {
@@ -47,6 +58,9 @@ func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err err
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("atomic write %s: close: %w", path, err)
 	}
+	if err = replaceable(path); err != nil {
+		return err
+	}
 	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("atomic write %s: %w", path, err)
 	}
@@ -56,6 +70,20 @@ func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err err
 		return fmt.Errorf("atomic write %s: sync directory: %w", path, err)
 	}
 	return nil
+}
+
+// ErrNotRegular is wrapped by the error for a destination that exists and is
+// not a regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
+// replaceable refuses a destination that exists and is not a regular file
+// (symlinks are not followed: renaming over one would replace the link).
+func replaceable(path string) error {
+	st, err := os.Lstat(path)
+	if err != nil || st.Mode().IsRegular() {
+		return nil // absent, or unreadable (the rename reports it)
+	}
+	return fmt.Errorf("atomic write %s: the destination is %w (%s): refusing to replace it", path, ErrNotRegular, safefile.Describe(st.Mode()))
 }
 
 // WriteBytes is Write with a fixed content.

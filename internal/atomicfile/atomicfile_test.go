@@ -151,3 +151,46 @@ func TestConcurrent(t *testing.T) {
 	}
 	noTemps(t, dir)
 }
+
+// TestNonRegularDestinationRefused: a FIFO, a symlink, a directory and (as
+// root) a character device like /dev/full at the destination are refused
+// and left as they were, with no temp file left.
+func TestNonRegularDestinationRefused(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target.txt")
+	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dests := map[string]func(p string) error{
+		"fifo":      func(p string) error { return syscall.Mkfifo(p, 0o644) },
+		"symlink":   func(p string) error { return os.Symlink(target, p) },
+		"directory": func(p string) error { return os.Mkdir(p, 0o755) },
+	}
+	if os.Geteuid() == 0 {
+		dests["char device (1,7: /dev/full)"] = func(p string) error {
+			return syscall.Mknod(p, syscall.S_IFCHR|0o666, 1<<8|7)
+		}
+	}
+	for name, mk := range dests {
+		p := filepath.Join(dir, strings.NewReplacer(" ", "_", "/", "_", ":", "", "(", "", ")", "", ",", "_").Replace(name))
+		if err := mk(p); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := os.Lstat(p)
+		err := WriteBytes(p, []byte("new"), 0o644)
+		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s at the destination: %v, want ErrNotRegular naming it", name, err)
+		}
+		if after, err := os.Lstat(p); err != nil || after.Mode() != before.Mode() {
+			t.Errorf("%s replaced: %v", name, err)
+		}
+		os.Remove(p)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Errorf("symlink target changed: %q", b)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("left: %v", ents)
+	}
+}

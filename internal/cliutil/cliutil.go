@@ -24,6 +24,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
 // Exit codes shared by every executable; ExitCodesHelp lists them for help texts.
@@ -135,6 +136,10 @@ func lookup(c *cli.Context, name string) string {
 	return c.String(name)
 }
 
+// MaxWorkers bounds the worker count (flag or environment): per-worker
+// buffers must not be sized from an absurd value.
+const MaxWorkers = 1 << 12
+
 // WorkersFlag is the --workers flag (0: from the environment).
 func WorkersFlag() cli.Flag {
 	return &cli.IntFlag{Name: "workers", Usage: "worker goroutines (0: SLURM_CPUS_PER_TASK, then cpus_per_task, then the number of CPUs)"}
@@ -147,8 +152,8 @@ func WorkersFlag() cli.Flag {
 // naming the variable, never a silent default. It returns the count and
 // where it came from.
 func Workers(flag int, getenv func(string) string) (int, string, error) {
-	if flag < 0 {
-		return 0, "", Usagef("--workers %d: must be >= 0", flag)
+	if flag < 0 || flag > MaxWorkers {
+		return 0, "", Usagef("--workers %d: want 0..%d", flag, MaxWorkers)
 	}
 	if flag > 0 {
 		return flag, "--workers", nil
@@ -159,8 +164,8 @@ func Workers(flag int, getenv func(string) string) (int, string, error) {
 			continue
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return 0, "", Usagef("environment variable %s=%q: want a positive integer", name, v)
+		if err != nil || n <= 0 || n > MaxWorkers {
+			return 0, "", Usagef("environment variable %s=%q: want a positive integer up to %d", name, v, MaxWorkers)
 		}
 		return n, name, nil
 	}
@@ -186,8 +191,13 @@ func MemBudget(flagMB int, getenv func(string) string, lg *slog.Logger) (int64, 
 	if lg == nil {
 		lg = slog.Default()
 	}
-	lg.Info("memory budget", "mb", b/membudget.MB, "source", src)
+	if strings.Contains(src, "capped") {
+		lg.Warn("memory budget above the machine's memory: capped", "mb", b/membudget.MB, "source", src)
+	} else {
+		lg.Info("memory budget", "mb", b/membudget.MB, "source", src)
+	}
 	membudget.SetGoLimit(membudget.GoLimit(b))
+	tiffio.SetDecodeLimit(b) // no single TIFF read may decode to more than the budget
 	return b, src, nil
 }
 
@@ -233,10 +243,16 @@ func Main(app *cli.App) {
 	}
 	usageErrors(app.Commands)
 	exitCodesInHelp(app.Commands)
+	// Until a command resolves its memory budget, no TIFF read may decode to
+	// more than the machine's memory.
+	if m, _, err := (membudget.Env{}).Machine(); err == nil {
+		tiffio.SetDecodeLimit(m)
+	}
 	ctx, stop := SignalContext()
 	err := app.RunContext(ctx, os.Args)
 	interrupted := ctx.Err() != nil
 	stop()
+	err = requiredAsUsage(err)
 	if err != nil {
 		if interrupted && !errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w (interrupted: %w)", err, context.Canceled)
@@ -244,6 +260,24 @@ func Main(app *cli.App) {
 		slog.Error("failed", "err", err.Error(), "exit", ExitCode(err))
 	}
 	os.Exit(ExitCode(err))
+}
+
+// requiredAsUsage maps urfave/cli's errors for a missing required flag and
+// an unknown command (which bypass OnUsageError) to a UsageError, so they
+// exit ExitUsage like every other flag error.
+func requiredAsUsage(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	if m := err.Error(); strings.HasPrefix(m, "Required flag \"") || strings.HasPrefix(m, "Required flags \"") ||
+		strings.HasPrefix(m, "No help topic for '") {
+		return AsUsage(err)
+	}
+	return err
 }
 
 // usageErrors maps flag errors of subcommands to ExitUsage, as NewApp does

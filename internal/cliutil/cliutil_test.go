@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 func TestWorkers(t *testing.T) {
@@ -28,6 +31,9 @@ func TestWorkers(t *testing.T) {
 		{0, map[string]string{"cpus_per_task": "0"}, 0, "", "cpus_per_task"},
 		{0, map[string]string{"cpus_per_task": "-2"}, 0, "", "cpus_per_task"},
 		{-1, nil, 0, "", "--workers"},
+		{MaxWorkers, nil, MaxWorkers, "--workers", ""},
+		{MaxWorkers + 1, nil, 0, "", "--workers 4097: want 0..4096"},
+		{0, map[string]string{"SLURM_CPUS_PER_TASK": "1000000"}, 0, "", "SLURM_CPUS_PER_TASK"},
 	}
 	for _, tc := range cases {
 		n, src, err := Workers(tc.flag, env(tc.env))
@@ -93,5 +99,30 @@ func TestLoggerFormats(t *testing.T) {
 	}
 	if _, err := NewLogger(&buf, "json", "loud"); err == nil {
 		t.Error("bad level accepted")
+	}
+}
+
+// TestFlagErrorsExitUsage: a missing required flag and an unknown command
+// (errors urfave/cli returns without OnUsageError) exit ExitUsage, like a
+// malformed flag value.
+func TestFlagErrorsExitUsage(t *testing.T) {
+	app := NewApp("x", "", "", nil, nil)
+	app.Commands = []*cli.Command{{Name: "run", Flags: []cli.Flag{&cli.IntFlag{Name: "cycle", Required: true}},
+		Action: func(*cli.Context) error { return nil }},
+		{Name: "tile", Flags: []cli.Flag{&cli.StringFlag{Name: "in", Required: true}, &cli.StringFlag{Name: "out", Required: true}},
+			Action: func(*cli.Context) error { return nil }}}
+	app.Writer, app.ErrWriter = io.Discard, io.Discard
+	usageErrors(app.Commands)
+	for _, args := range [][]string{{"x", "run"}, {"x", "tile"}, {"x", "tile", "--in", "a"}, {"x", "frob"}, {"x", "run", "--cycle", "one"}} {
+		err := requiredAsUsage(app.Run(args))
+		if code := ExitCode(err); code != ExitUsage {
+			t.Errorf("%v: %v: exit %d, want %d", args, err, code, ExitUsage)
+		}
+	}
+	if err := requiredAsUsage(app.Run([]string{"x", "run", "--cycle", "1"})); err != nil {
+		t.Errorf("valid flags: %v", err)
+	}
+	if code := ExitCode(requiredAsUsage(errors.New("disk on fire"))); code != ExitFailure {
+		t.Errorf("other errors: exit %d, want %d", code, ExitFailure)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
 func TestMemBudget(t *testing.T) {
@@ -22,6 +23,9 @@ func TestMemBudget(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "source=SLURM_MEM_PER_NODE") || !strings.Contains(logs.String(), "mb=4000") {
 		t.Errorf("log lacks the budget and its source: %s", logs.String())
+	}
+	if lim := tiffio.DecodeLimit(); lim != 4000<<20 {
+		t.Errorf("TIFF decode limit %d, want the budget", lim)
 	}
 	if lim := debug.SetMemoryLimit(-1); lim != 4000<<20/10*9 {
 		t.Errorf("Go soft limit %d, want 90%% of the budget", lim)

@@ -5,14 +5,19 @@
 // Units: xy_pixel_size and z_step_size in nm, wavelengths in nm, tile_overlap a
 // fraction in (0, 1), pou in percent of the tile size, blend_sigma in px,
 // mem_* in MB, time_* in minutes.
+//
+// Loading is bounded (raw.go): a regular file of at most MaxFileBytes, one
+// YAML document without anchors, aliases, merge keys or duplicate keys, and caps on
+// nodes, keys per mapping and depth, so parsing is linear in the file.
+// CheckRaw applies those rules alone (kintsugi-config check --raw).
 package config
 
 import (
 	"bytes"
+	"context"
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +25,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-	"gopkg.in/yaml.v3"
 )
 
 //go:embed schema/config.schema.json
@@ -86,6 +90,7 @@ type Config struct {
 	BasicMaxReweight           int                  `json:"basic_max_reweight_iterations"`
 	BasicReweightTolerance     float64              `json:"basic_reweight_tolerance"`
 	BasicDarkfield             bool                 `json:"basic_darkfield"`
+	Stitching                  Stitching            `json:"stitching"`
 	Decon                      Decon                `json:"decon"`
 	EDF                        EDF                  `json:"edf"`
 	QualityGate                QualityGate          `json:"quality_gate"`
@@ -95,6 +100,20 @@ type Config struct {
 	Resources                  Resources            `json:"resources"`
 	Renamed                    []Rename             `json:"-"` // channel names changed by the duplicate rule (names.go)
 }
+
+// Stitching is the stitching section (this project's keys). Defaults:
+// DefaultStitching.
+type Stitching struct {
+	// GlobalRefinement: tile positions by robust least squares over all
+	// accepted neighbour pairs (align.Params.Global) instead of the
+	// original's spanning tree alone.
+	GlobalRefinement bool `json:"global_refinement"`
+}
+
+// DefaultStitching returns the stitching defaults: global refinement on
+// (README, Accuracy: it places every accepted pair within 0.5 px of its
+// NCC optimum and never did worse than the tree).
+func DefaultStitching() Stitching { return Stitching{GlobalRefinement: true} }
 
 // Decon is the decon section (this project's keys; the original hard-codes
 // the same values in its deconvolve script). Defaults: DefaultDecon.
@@ -108,6 +127,7 @@ type Decon struct {
 	SlitAperture   float64 `json:"slit_aperture"`    // mm
 	FCyl           float64 `json:"f_cyl"`            // mm
 	MemoryBudgetMB int     `json:"memory_budget_mb"` // GPU memory the whole run may use, MB (larger stacks stream through the card in y-slabs); 0 = free memory less a margin
+	MeasuredPSF            // psf_file and its keys (psf.go)
 }
 
 // DefaultDecon returns the original's deconvolution settings.
@@ -244,20 +264,22 @@ func (es Errors) Error() string {
 	return strings.Join(parts, "\n")
 }
 
-// Load reads, validates and decodes a config file.
+// Load reads, validates and decodes a config file (the file and its YAML
+// are bounded first: see CheckRaw).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return Parse(path, data)
+	return LoadContext(context.Background(), path)
 }
 
 // Parse validates and decodes config data; path is used in messages only.
+// The YAML is held to CheckRaw's rules (no aliases or duplicate keys,
+// bounded nodes, keys and depth); data longer than MaxFileBytes is refused.
 func Parse(path string, data []byte) (*Config, error) {
-	var raw any
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return nil, &Error{File: path, Msg: "invalid YAML: " + err.Error()}
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file is larger than the %d-byte (1 MiB) limit on a config", MaxFileBytes)}
+	}
+	raw, err := parseYAML(path, data)
+	if err != nil {
+		return nil, err
 	}
 	if raw == nil {
 		return nil, &Error{File: path, Msg: "empty file; see the documented example config.yaml"}
@@ -275,7 +297,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	}
 	cfg := &Config{Path: path, Device: "gpu", BlendSigma: DefaultBlendSigma, BasicFlatfieldMin: DefaultFlatfieldMin,
 		BasicMaxIterations: 500, BasicOptimizationTolerance: 1e-6, BasicMaxReweight: 25, BasicReweightTolerance: 1e-3,
-		BasicDarkfield: true, Decon: DefaultDecon(), EDF: DefaultEDF(), QualityGate: DefaultQualityGate(),
+		BasicDarkfield: true, Stitching: DefaultStitching(), Decon: DefaultDecon(), EDF: DefaultEDF(), QualityGate: DefaultQualityGate(),
 		Registration: DefaultRegistration()}
 	if err := json.Unmarshal(buf, cfg); err != nil {
 		return nil, &Error{File: path, Msg: "decode: " + err.Error()}
@@ -327,6 +349,7 @@ func (c *Config) check() Errors {
 			add("wavelengths."+k, "channel key %q: want a channel number", k)
 		}
 	}
+	errs = append(errs, c.checkPSFFile()...)
 	seen := map[string]bool{}
 	for i, a := range c.Resources.Accounts {
 		key := fmt.Sprintf("resources.accounts[%d].name", i)

@@ -164,4 +164,16 @@ func TestStageDefaultsAndOverrides(t *testing.T) {
 	if _, err := Parse("c.yaml", []byte(base+"decon: {algorithm: fast}\n")); err == nil || !strings.Contains(err.Error(), "decon.algorithm") {
 		t.Errorf("bad decon.algorithm: err %v, want one naming decon.algorithm", err)
 	}
+	// stitching.global_refinement: on by default, off when asked, a boolean
+	cfg, err = Parse("c.yaml", []byte(base))
+	if err != nil || !cfg.Stitching.GlobalRefinement {
+		t.Errorf("stitching.global_refinement default: %+v, %v; want true", cfg.Stitching, err)
+	}
+	cfg, err = Parse("c.yaml", []byte(base+"stitching: {global_refinement: false}\n"))
+	if err != nil || cfg.Stitching.GlobalRefinement {
+		t.Errorf("stitching.global_refinement false: %+v, %v", cfg.Stitching, err)
+	}
+	if _, err := Parse("c.yaml", []byte(base+"stitching: {global_refinement: maybe}\n")); err == nil || !strings.Contains(err.Error(), "stitching.global_refinement") {
+		t.Errorf("non-boolean stitching.global_refinement: err %v, want one naming the key", err)
+	}
 }

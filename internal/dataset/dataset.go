@@ -174,12 +174,15 @@ func Discover(ctx context.Context, project string, n int, o Options) (*Cycle, er
 		return nil, inputErr("cycle %d: no z-planes: no files named like 1_00001_Z001_CH%d.tif in %s", n, o.Channels[0], dir)
 	}
 	c.Z = keys(zs)
+	if err := c.checkZ(o.NZPlanes); err != nil {
+		return nil, err
+	}
 	if o.NZPlanes > 0 && len(c.Z) != o.NZPlanes {
 		return nil, inputErr("cycle %d: found %d z-planes %v in %s, config n_zplanes is %d", n, len(c.Z), c.Z, dir, o.NZPlanes)
 	}
 	var missing []string
 	for _, ch := range o.Channels {
-		for _, z := range c.Z {
+		for z := 1; z <= len(c.Z); z++ { // checkZ: every plane is in 1..len(c.Z), so a gap is missing files
 			for t := 1; t <= c.Tiles(); t++ {
 				if _, ok := c.files[key{t, z, ch}]; !ok {
 					missing = append(missing, fmt.Sprintf("%d_%05d_Z%03d_CH%d.tif", c.Region, t, z, ch))
@@ -194,6 +197,29 @@ func Discover(ctx context.Context, project string, n int, o Options) (*Cycle, er
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkZ requires the z-planes to be exactly Z001..Z<n> (n = nz, or the
+// number of planes found when nz is 0): a plane numbered 0 or above n is an
+// error naming its files (a gap below n then shows as missing files). The
+// stitch stage writes planes 01..n, and decon reads exactly those.
+func (c *Cycle) checkZ(nz int) error {
+	n, what := nz, fmt.Sprintf("config n_zplanes is %d", nz)
+	if nz <= 0 {
+		n, what = len(c.Z), fmt.Sprintf("%d z-planes found, so Z001..Z%03d", len(c.Z), len(c.Z))
+	}
+	var bad []string
+	for k, p := range c.files {
+		if k.z < 1 || k.z > n {
+			bad = append(bad, filepath.Base(p))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return inputErr("cycle %d: z-planes must be exactly Z001..Z%03d (%s); found %v in %s: %d file(s) outside: %s",
+		c.Number, n, what, c.Z, c.Dir, len(bad), list(bad))
 }
 
 // checkHeaders reads every file's header: same size, 16-bit unsigned, one
@@ -213,6 +239,9 @@ func (c *Cycle) checkHeaders(ctx context.Context, workers int) error {
 		if info.BitsPerSample != 16 || info.SampleFormat != 1 || info.SamplesPerPixel != 1 {
 			return inputErr("%s: %d-bit, sample format %d, %d sample(s) per pixel: want 16-bit unsigned grayscale",
 				paths[i], info.BitsPerSample, info.SampleFormat, info.SamplesPerPixel)
+		}
+		if info.Pages != 1 {
+			return inputErr("%s: %d pages: a raw tile is one plane (one file per z-plane, _Z{z:03d}_ in the name)", paths[i], info.Pages)
 		}
 		infos[i] = info
 		return nil

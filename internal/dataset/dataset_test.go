@@ -91,6 +91,17 @@ func TestSnakeOrder(t *testing.T) {
 
 // TestBadInput: every broken dataset is refused with ErrInput and a message
 // naming the file or directory.
+// renameZ renames every file of z-plane from to z-plane to.
+func renameZ(t *testing.T, dir string, from, to int) {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("*_Z%03d_*.tif", from)))
+	for _, f := range m {
+		if err := os.Rename(f, strings.Replace(f, fmt.Sprintf("_Z%03d_", from), fmt.Sprintf("_Z%03d_", to), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -120,6 +131,18 @@ func TestBadInput(t *testing.T) {
 				os.Remove(f)
 			}
 		}, "no z-planes"},
+		{"z-plane gap (Z001, Z003, Z004 for 3 planes)", func(dir string) {
+			renameZ(t, dir, 2, 4)
+		}, "1_00001_Z004_CH1.tif"},
+		{"z-plane 0", func(dir string) {
+			renameZ(t, dir, 3, 0)
+		}, "Z001..Z003"},
+		{"extra z-plane for one tile", func(dir string) {
+			copyFile(t, filepath.Join(dir, "1_00003_Z001_CH2.tif"), filepath.Join(dir, "1_00003_Z004_CH2.tif"))
+		}, "11 missing tile file(s)"}, // without n_zplanes the other tiles lack Z004
+		{"multi-page raw tile", func(dir string) {
+			tiffio.WriteGray16Pages(filepath.Join(dir, "1_00004_Z002_CH1.tif"), []*raster.Gray16{raster.NewGray16(8, 6), raster.NewGray16(8, 6)})
+		}, "1_00004_Z002_CH1.tif: 2 pages"},
 		{"several regions", func(dir string) {
 			copyFile(t, filepath.Join(dir, "1_00001_Z001_CH1.tif"), filepath.Join(dir, "2_00001_Z001_CH1.tif"))
 		}, "duplicated tile 1"},
@@ -138,6 +161,17 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("z-planes with gaps matching n_zplanes in number", func(t *testing.T) {
+		p := t.TempDir()
+		dir := makeCycle(t, p, "cyc01", 2, 3, 3, 2, 8, 6)
+		renameZ(t, dir, 3, 5)
+		renameZ(t, dir, 2, 3)
+		o := opts
+		o.NZPlanes = 3 // Z001, Z003, Z005
+		if _, err := Discover(context.Background(), p, 1, o); err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "1_00001_Z005_CH1.tif") || !strings.Contains(err.Error(), "n_zplanes is 3") {
+			t.Errorf("err = %v", err)
+		}
+	})
 	t.Run("z count differs from config", func(t *testing.T) {
 		p := t.TempDir()
 		makeCycle(t, p, "cyc01", 2, 3, 3, 2, 8, 6)

@@ -148,8 +148,13 @@ func Params(cfg *config.Config) (decon.Params, error) {
 }
 
 // Kernel computes the PSF of channel ch from the config's microscope keys,
-// wavelengths and decon.psf_model; errors name the key.
+// wavelengths and decon.psf_model, or, when decon.psf_file is set, makes it
+// from that measured PSF (MeasuredKernel) for every channel; errors name
+// the key. Both engines receive this kernel: the GPU's as the CPU's.
 func Kernel(cfg *config.Config, ch int) (*psf.Kernel, psf.Info, error) {
+	if cfg.Decon.PSFFile != "" {
+		return MeasuredKernel(cfg)
+	}
 	ex, em, err := cfg.Wavelength(ch)
 	if err != nil {
 		return nil, psf.Info{}, err
@@ -169,6 +174,57 @@ func Kernel(cfg *config.Config, ch int) (*psf.Kernel, psf.Info, error) {
 		return nil, info, fmt.Errorf("channel %d PSF: %w", ch, err)
 	}
 	return k, info, nil
+}
+
+// MeasuredKernel reads decon.psf_file (a multi-page TIFF, pages z of
+// y x x, any integer or float type; at most psf.MaxMeasuredSide per side,
+// checked on its header before its pixels are read) and makes the kernel
+// on the data's grid (psf.FromMeasured: background, centre by
+// decon.psf_center, resampling from decon.psf_voxel_xy_nm /
+// psf_voxel_z_nm to xy_pixel_size / z_step_size, sum 1). Every error names
+// decon.psf_file and the file.
+func MeasuredKernel(cfg *config.Config) (*psf.Kernel, psf.Info, error) {
+	path := cfg.PSFFilePath()
+	bad := func(format string, args ...any) (*psf.Kernel, psf.Info, error) {
+		return nil, psf.Info{}, &config.Error{File: cfg.Path, Key: "decon.psf_file", Msg: path + ": " + fmt.Sprintf(format, args...)}
+	}
+	info, err := tiffio.ReadInfo(path)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if info.SamplesPerPixel != 1 {
+		return bad("%d samples per pixel: want a grey z-stack", info.SamplesPerPixel)
+	}
+	if info.Width > psf.MaxMeasuredSide || info.Height > psf.MaxMeasuredSide || info.Pages > psf.MaxMeasuredSide {
+		return bad("%d x %d px x %d pages: at most %d per side", info.Width, info.Height, info.Pages, psf.MaxMeasuredSide)
+	}
+	pages, err := tiffio.ReadFloat32Pages(path)
+	if err != nil {
+		return bad("%v", err)
+	}
+	m := psf.Measured{NZ: len(pages), NY: pages[0].H, NX: pages[0].W, DXY: cfg.XYPixelSize, DZ: cfg.ZStepSize, Center: cfg.Decon.PSFCenter}
+	m.VoxelXY, m.VoxelZ = cfg.PSFVoxel()
+	m.Data = make([]float32, 0, m.NZ*m.NY*m.NX)
+	for i, p := range pages {
+		if p.W != m.NX || p.H != m.NY {
+			return bad("page %d is %d x %d, page 1 %d x %d: want one size", i+1, p.W, p.H, m.NX, m.NY)
+		}
+		m.Data = append(m.Data, p.Pix...)
+	}
+	k, pi, err := psf.FromMeasured(m)
+	if err != nil {
+		return bad("%v", err)
+	}
+	return k, pi, nil
+}
+
+// psfModel names the PSF for logs, the sentinel and DECONV_parameters.txt:
+// decon.psf_model, or "measured" with decon.psf_file.
+func psfModel(cfg *config.Config) string {
+	if cfg.Decon.PSFFile != "" {
+		return "measured"
+	}
+	return cfg.Decon.PSFModel
 }
 
 var planeRE = regexp.MustCompile(`^(\d+)\.tif$`)
@@ -492,7 +548,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer stage.Abort()
 	lg.Info("deconvolving cycle", "cycle", o.Cycle, "channels", cfg.Channels, "engine", o.Engine.Name(), "workers", workers,
-		"psf_model", cfg.Decon.PSFModel, "algorithm", cfg.Decon.Algorithm, "iterations", cfg.Decon.Iterations)
+		"psf_model", psfModel(cfg), "psf_file", cfg.PSFFilePath(), "algorithm", cfg.Decon.Algorithm, "iterations", cfg.Decon.Iterations)
 
 	// Goroutines of read-ahead and write-behind end before Run returns
 	// (the staging directory is removed on failure only after them).
@@ -543,7 +599,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}(ahead)
 		}
 		chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", j.ch))
-		if err := os.MkdirAll(chDir, 0o755); err != nil {
+		if err := os.MkdirAll(chDir, 0o777); err != nil {
 			return nil, err
 		}
 		planePath := func(z int) string { return filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)) }
@@ -644,7 +700,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{"duration_minutes", fmt.Sprintf("%.2f", res.Seconds/60)},
 		{"engine", o.Engine.Name()},
 		{"workers", fmt.Sprint(workers)},
-		{"psf_model", cfg.Decon.PSFModel},
+		{"psf_model", psfModel(cfg)},
 		{"algorithm", cfg.Decon.Algorithm},
 		{"iterations", strings.Join(its, ",")},
 	}); err != nil {
@@ -657,6 +713,25 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
+// ElapsedText formats a duration in seconds as the original's
+// DECONV_parameters.txt does (Kdecon/main.py: str(timedelta(seconds=
+// int(elapsed)))): whole seconds, "H:MM:SS" with unpadded hours, and
+// "N day(s), H:MM:SS" from one day on; 45 s is "0:00:45". (This project
+// used to print hours and minutes only, so every run under a minute read
+// "00:00".)
+func ElapsedText(sec float64) string {
+	s := int64(max(0, sec))
+	d, s := s/86400, s%86400
+	hms := fmt.Sprintf("%d:%02d:%02d", s/3600, s%3600/60, s%60)
+	switch {
+	case d == 1:
+		return "1 day, " + hms
+	case d > 1:
+		return fmt.Sprintf("%d days, %s", d, hms)
+	}
+	return hms
+}
+
 // ParametersText is DECONV_parameters.txt: the original's lines (LsDeconv's
 // info file), one block per channel.
 func ParametersText(cfg *config.Config, o Options, res *Result) string {
@@ -664,9 +739,18 @@ func ParametersText(cfg *config.Config, o Options, res *Result) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("deconvolution finished at %s", time.Now().UTC().Format(time.RFC3339))
 	w("data processed on: %s", o.Engine.Name())
-	w("elapsed time: %02d:%02d", int(res.Seconds)/3600, int(res.Seconds)%3600/60)
+	w("elapsed time: %s", ElapsedText(res.Seconds))
 	w("")
-	w("psf model: %s", cfg.Decon.PSFModel)
+	w("psf model: %s", psfModel(cfg))
+	if cfg.Decon.PSFFile != "" {
+		xy, z := cfg.PSFVoxel()
+		c := cfg.Decon.PSFCenter
+		if c == "" {
+			c = psf.CenterMaximum
+		}
+		w("psf file: %s", cfg.PSFFilePath())
+		w("psf file voxel size: %g nm x %g nm x %g nm (centred on its %s)", xy, xy, z, c)
+	}
 	w("algorithm: %s", cfg.Decon.Algorithm)
 	w("focal length of cylinder lens (mm): %g", cfg.Decon.FCyl)
 	w("width of slit aperture (mm): %g", cfg.Decon.SlitAperture)

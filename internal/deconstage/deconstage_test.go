@@ -215,3 +215,24 @@ func loadProject(t *testing.T, extra map[string]any) (cfg *config.Config, err er
 	}
 	return cfg, nil
 }
+
+// The elapsed time of DECONV_parameters.txt is written as the original's
+// str(timedelta(seconds=int(s))) (values confirmed with Python 3:
+// str(datetime.timedelta(seconds=45)) == '0:00:45', 90061 s == '1 day, 1:01:01').
+func TestElapsedText(t *testing.T) {
+	for _, c := range []struct {
+		sec  float64
+		want string
+	}{{0, "0:00:00"}, {45.9, "0:00:45"}, {59, "0:00:59"}, {61, "0:01:01"}, {3600, "1:00:00"}, {36000 + 61, "10:01:01"},
+		{86399, "23:59:59"}, {90061, "1 day, 1:01:01"}, {2*86400 + 5, "2 days, 0:00:05"}} {
+		if got := ElapsedText(c.sec); got != c.want {
+			t.Errorf("ElapsedText(%g) = %q, want %q", c.sec, got, c.want)
+		}
+	}
+	// The file itself: a 45 s run.
+	cfg, _ := project(t, nil)
+	txt := ParametersText(cfg, Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 1}}, &Result{Seconds: 45.2})
+	if !strings.Contains(txt, "\nelapsed time: 0:00:45\n") {
+		t.Errorf("DECONV_parameters.txt of a 45 s run:\n%s", txt)
+	}
+}

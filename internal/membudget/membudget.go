@@ -9,7 +9,9 @@
 // memory.limit_in_bytes, the smallest on the path to the root; "max" is no
 // limit), and last DefaultFraction of the physical memory (/proc/meminfo
 // MemTotal). A malformed value is an error naming the variable or file,
-// never a silent default. Units: MB are 2^20 bytes, as SLURM's.
+// never a silent default. A flag, SLURM or mem_mb budget above the machine
+// (the cgroup limit, else MemTotal) is capped at it and the source says so;
+// sizes never overflow. Units: MB are 2^20 bytes, as SLURM's.
 //
 // Stages size their read-ahead, batches and write-behind from the budget
 // and refuse to start when their smallest working set does not fit
@@ -71,41 +73,30 @@ func Resolve(flagMB int, getenv func(string) string) (int64, string, error) {
 	return Env{Getenv: getenv}.Resolve(flagMB)
 }
 
-// Resolve decides the budget in bytes; see the package comment for the order.
+// Resolve decides the budget in bytes; see the package comment for the
+// order. A budget from the flag, SLURM or mem_mb larger than the machine's
+// memory (Machine: the cgroup limit, else MemTotal) is capped at it, and the
+// source then says so ("mem_mb, capped at the machine's 23.54 GiB (...)");
+// sizes are overflow-checked (a product beyond int64 is capped the same way).
 func (e Env) Resolve(flagMB int) (int64, string, error) {
-	if e.Getenv == nil {
-		e.Getenv = os.Getenv
+	b, src, err := e.resolve(flagMB)
+	if err != nil || (src != SourceFlag && src != SourceMemNode && src != SourceMemCPU && src != SourceMemMB) {
+		return b, src, err
 	}
-	if flagMB < 0 {
-		return 0, "", usagef("--mem-budget %d: want MB > 0 (0: from SLURM, the cgroup or the physical memory)", flagMB)
-	}
-	if flagMB > 0 {
-		return int64(flagMB) * MB, SourceFlag, nil
-	}
-	// SLURM_MEM_PER_NODE=0 (--mem=0) asks for all of a node's memory: no
-	// figure of its own, the cgroup then gives the limit.
-	if v, ok, err := e.intVar("SLURM_MEM_PER_NODE", true); err != nil {
+	m, msrc, err := e.Machine()
+	if err != nil {
 		return 0, "", err
-	} else if ok && v > 0 {
-		return v * MB, SourceMemNode, nil
 	}
-	if v, ok, err := e.intVar("SLURM_MEM_PER_CPU", true); err != nil {
-		return 0, "", err
-	} else if ok && v > 0 {
-		cpus, ok, err := e.intVar("SLURM_CPUS_PER_TASK", false)
-		if err != nil {
-			return 0, "", err
-		}
-		if !ok {
-			cpus = 1 // SLURM's default of one CPU per task
-		}
-		return v * cpus * MB, SourceMemCPU, nil
+	if b > m {
+		return m, fmt.Sprintf("%s, capped at the machine's %s (%s)", src, Format(m), msrc), nil
 	}
-	if v, ok, err := e.intVar("mem_mb", false); err != nil {
-		return 0, "", err
-	} else if ok {
-		return v * MB, SourceMemMB, nil
-	}
+	return b, src, nil
+}
+
+// Machine is the memory this process can have at most, in bytes: the
+// cgroup limit when it is below the physical memory, else MemTotal; the
+// second result names which.
+func (e Env) Machine() (int64, string, error) {
 	phys, err := e.physical()
 	if err != nil {
 		return 0, "", err
@@ -118,7 +109,62 @@ func (e Env) Resolve(flagMB int) (int64, string, error) {
 	if lim > 0 && lim < phys {
 		return lim, src, nil
 	}
-	return int64(float64(phys) * DefaultFraction), SourcePhysical, nil
+	return phys, sourceMemTotal, nil
+}
+
+const sourceMemTotal = "/proc/meminfo MemTotal"
+
+// mbBytes is mb x n MB in bytes, saturated at math.MaxInt64 (then capped at
+// the machine by Resolve) instead of overflowing.
+func mbBytes(mb, n int64) int64 {
+	if mb <= 0 || n <= 0 {
+		return 0
+	}
+	if mb > math.MaxInt64/MB/n {
+		return math.MaxInt64
+	}
+	return mb * n * MB
+}
+
+func (e Env) resolve(flagMB int) (int64, string, error) {
+	if e.Getenv == nil {
+		e.Getenv = os.Getenv
+	}
+	if flagMB < 0 {
+		return 0, "", usagef("--mem-budget %d: want MB > 0 (0: from SLURM, the cgroup or the physical memory)", flagMB)
+	}
+	if flagMB > 0 {
+		return mbBytes(int64(flagMB), 1), SourceFlag, nil
+	}
+	// SLURM_MEM_PER_NODE=0 (--mem=0) asks for all of a node's memory: no
+	// figure of its own, the cgroup then gives the limit.
+	if v, ok, err := e.intVar("SLURM_MEM_PER_NODE", true); err != nil {
+		return 0, "", err
+	} else if ok && v > 0 {
+		return mbBytes(v, 1), SourceMemNode, nil
+	}
+	if v, ok, err := e.intVar("SLURM_MEM_PER_CPU", true); err != nil {
+		return 0, "", err
+	} else if ok && v > 0 {
+		cpus, ok, err := e.intVar("SLURM_CPUS_PER_TASK", false)
+		if err != nil {
+			return 0, "", err
+		}
+		if !ok {
+			cpus = 1 // SLURM's default of one CPU per task
+		}
+		return mbBytes(v, cpus), SourceMemCPU, nil
+	}
+	if v, ok, err := e.intVar("mem_mb", false); err != nil {
+		return 0, "", err
+	} else if ok {
+		return mbBytes(v, 1), SourceMemMB, nil
+	}
+	m, src, err := e.Machine()
+	if err != nil || src != sourceMemTotal {
+		return m, src, err // the cgroup limit
+	}
+	return int64(float64(m) * DefaultFraction), SourcePhysical, nil
 }
 
 // intVar reads a non-negative (zeroOK) or positive integer variable.

@@ -48,11 +48,17 @@ func TestResolve(t *testing.T) {
 		errMatch string
 	}{
 		{"flag wins", 3000, map[string]string{"SLURM_MEM_PER_NODE": "8000"}, v2, 3000 * MB, SourceFlag, ""},
-		{"per node", 0, map[string]string{"SLURM_MEM_PER_NODE": " 8000 ", "SLURM_MEM_PER_CPU": "100"}, v2, 8000 * MB, SourceMemNode, ""},
-		{"per cpu x cpus", 0, map[string]string{"SLURM_MEM_PER_CPU": "2000", "SLURM_CPUS_PER_TASK": "4"}, v2, 8000 * MB, SourceMemCPU, ""},
+		{"per node", 0, map[string]string{"SLURM_MEM_PER_NODE": " 3000 ", "SLURM_MEM_PER_CPU": "100"}, v2, 3000 * MB, SourceMemNode, ""},
+		{"per cpu x cpus", 0, map[string]string{"SLURM_MEM_PER_CPU": "2000", "SLURM_CPUS_PER_TASK": "4"}, map[string]string{"proc/meminfo": meminfo}, 8000 * MB, SourceMemCPU, ""},
+		// Budgets above the machine (cgroup limit, else MemTotal) are capped, never overflow.
+		{"per node above the cgroup", 0, map[string]string{"SLURM_MEM_PER_NODE": "8000"}, v2, 4 * gib, SourceMemNode + ", capped at the machine's 4.00 GiB (" + SourceCgroupV2 + ")", ""},
+		{"mem_mb above MemTotal", 0, map[string]string{"mem_mb": "48000"}, map[string]string{"proc/meminfo": meminfo}, 16 * gib, SourceMemMB + ", capped at the machine's 16.00 GiB (/proc/meminfo MemTotal)", ""},
+		{"flag of 99999999999999 MB", 99999999999999, nil, v2, 4 * gib, SourceFlag + ", capped at the machine's 4.00 GiB (" + SourceCgroupV2 + ")", ""},
+		{"flag of 2^43 MB", 1 << 43, nil, v2, 4 * gib, SourceFlag + ", capped at the machine's 4.00 GiB (" + SourceCgroupV2 + ")", ""},
+		{"per cpu x cpus overflowing", 0, map[string]string{"SLURM_MEM_PER_CPU": "2000000000", "SLURM_CPUS_PER_TASK": "2000000000"}, v2, 4 * gib, SourceMemCPU + ", capped at the machine's 4.00 GiB (" + SourceCgroupV2 + ")", ""},
 		{"per cpu, one cpu", 0, map[string]string{"SLURM_MEM_PER_CPU": "2000"}, v2, 2000 * MB, SourceMemCPU, ""},
 		{"mem=0 means the cgroup", 0, map[string]string{"SLURM_MEM_PER_NODE": "0"}, v2, 4 * gib, SourceCgroupV2, ""},
-		{"mem_mb", 0, map[string]string{"mem_mb": "5000"}, v2, 5000 * MB, SourceMemMB, ""},
+		{"mem_mb", 0, map[string]string{"mem_mb": "3500"}, v2, 3500 * MB, SourceMemMB, ""},
 		{"cgroup v2, smallest on the path", 0, nil, v2, 4 * gib, SourceCgroupV2, ""},
 		{"cgroup v2 max = physical fraction", 0, nil, map[string]string{
 			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "max\n"},

@@ -72,7 +72,24 @@ type ChannelMetrics struct {
 	Planes   []PlaneStats `json:"planes"`              // in z order; one plane for edf and registration
 	Overview string       `json:"overview_png"`        // file name in the stage's QC directory
 	Factor   int          `json:"overview_downsample"` // block size of the overview, px
+	// FocusMap (stitch, decon: z-stacks of more than one plane) is the
+	// sharpest plane per block.
+	FocusMap *FocusMap `json:"focus_map,omitempty"`
 }
+
+// FocusMap is, per block of BlockPx x BlockPx px of a channel's planes
+// (edge blocks smaller), the z (PlaneStats.Z) of the plane with the highest
+// BlockFocus: where in the tissue which plane is sharpest. Blocks are
+// row-major, NX per row; a long side has at most FocusMapBlocks blocks.
+type FocusMap struct {
+	BlockPx int   `json:"block_px"`
+	NX      int   `json:"nx"`
+	NY      int   `json:"ny"`
+	BestZ   []int `json:"best_z"`
+}
+
+// FocusMapBlocks is the most blocks along a focus map's longer side.
+const FocusMapBlocks = 64
 
 // RegScores are one cycle's registration scores.
 type RegScores struct {
@@ -328,13 +345,27 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 	for _, chj := range cj.channels {
 		chm := ChannelMetrics{Channel: chj.channel, Marker: chj.marker, Planes: make([]PlaneStats, len(chj.files))}
 		var (
-			mu   sync.Mutex
-			proj *raster.Gray16 // maximum over z (a single plane for edf/registration)
+			mu    sync.Mutex
+			proj  *raster.Gray16 // maximum over z (a single plane for edf/registration)
+			block int            // focus map block, px (0: no map)
+			bf    = make([][]float64, len(chj.files))
+			bnx   int
 		)
+		if len(chj.files) > 1 {
+			info, err := tiffio.ReadInfo(chj.files[0])
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrInput, err)
+			}
+			block = max(8, (max(info.Width, info.Height)+FocusMapBlocks-1)/FocusMapBlocks)
+		}
 		err := par.ForEach(ctx, len(chj.files), opt.Workers, func(i int) error {
 			g, err := read(chj.files[i])
 			if err != nil {
 				return err
+			}
+			var nx int
+			if block > 0 {
+				nx, _, bf[i] = BlockFocus(g, block)
 			}
 			s := Stats(g)
 			s.File = rel(chj.files[i])
@@ -344,6 +375,7 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 			mu.Lock()
 			defer mu.Unlock()
 			chm.Planes[i] = s
+			bnx = nx
 			if proj == nil {
 				proj = g
 			} else {
@@ -356,6 +388,9 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 		})
 		if err != nil {
 			return nil, err
+		}
+		if block > 0 {
+			chm.FocusMap = bestPlanes(bf, chm.Planes, block, bnx)
 		}
 		img, f := Overview(proj, opt.OverviewPx)
 		chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", config.CycleName(cj.cycle), chj.channel)
@@ -373,6 +408,23 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 		cm.Registration = rs
 	}
 	return cm, nil
+}
+
+// bestPlanes is the focus map from every plane's BlockFocus (same block
+// grid, planes in z order): per block the Z of the highest value, the first
+// on a tie.
+func bestPlanes(bf [][]float64, planes []PlaneStats, block, nx int) *FocusMap {
+	fm := &FocusMap{BlockPx: block, NX: nx, NY: len(bf[0]) / nx, BestZ: make([]int, len(bf[0]))}
+	for b := range fm.BestZ {
+		best := 0
+		for i := range bf {
+			if bf[i][b] > bf[best][b] {
+				best = i
+			}
+		}
+		fm.BestZ[b] = planes[best].Z
+	}
+	return fm
 }
 
 // dapiIndex picks the cycle's registration image as the registration stage
@@ -451,6 +503,27 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 	return rs, nil
 }
 
+// PlaneZs returns the z-plane numbers (PlaneStats.Z) of every plane of
+// channel ch (0: every channel) in cms, ascending, each once.
+func PlaneZs(cms []CycleMetrics, ch int) []int {
+	zset := map[int]bool{}
+	for _, cm := range cms {
+		for _, c := range cm.Channels {
+			if ch == 0 || c.Channel == ch {
+				for _, p := range c.Planes {
+					zset[p.Z] = true
+				}
+			}
+		}
+	}
+	zs := make([]int, 0, len(zset))
+	for z := range zset {
+		zs = append(zs, z)
+	}
+	sort.Ints(zs)
+	return zs
+}
+
 // heatmaps lays out the stage's heatmaps from the per-cycle metrics.
 func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 	switch stage {
@@ -458,19 +531,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 		// Rows: cycle x channel; columns: z.
 		mk := func(file, measure string, get func(PlaneStats) float64) Heatmap {
 			h := Heatmap{File: file, Measure: measure}
-			zset := map[int]bool{}
-			for _, cm := range cms {
-				for _, ch := range cm.Channels {
-					for _, p := range ch.Planes {
-						zset[p.Z] = true
-					}
-				}
-			}
-			var zs []int
-			for z := range zset {
-				zs = append(zs, z)
-			}
-			sort.Ints(zs)
+			zs := PlaneZs(cms, 0)
 			for _, z := range zs {
 				h.Cols = append(h.Cols, fmt.Sprintf("z%02d", z))
 			}

@@ -273,6 +273,21 @@ func TestStages(t *testing.T) {
 					if len(ch.Planes) != wantPlanes {
 						t.Fatalf("cycle %d CH%d: %d planes, want %d", c, ch.Channel, len(ch.Planes), wantPlanes)
 					}
+					// Focus map: z 2 is the sharp plane of every stack (the corners of
+					// cycle 1 CH2 z 1 hold zeros and saturated pixels, whose edges are sharper).
+					switch fm := ch.FocusMap; {
+					case wantPlanes == 1 && fm != nil:
+						t.Errorf("cycle %d CH%d: a focus map for a single plane", c, ch.Channel)
+					case wantPlanes > 1 && (fm == nil || fm.BlockPx != 8 || fm.NX != 12 || fm.NY != 10 || len(fm.BestZ) != 120):
+						t.Errorf("cycle %d CH%d: focus map %+v, want 12 x 10 blocks of 8 px", c, ch.Channel, fm)
+					case wantPlanes > 1 && !(c == 1 && ch.Channel == 2):
+						for b, z := range fm.BestZ {
+							if z != 2 {
+								t.Errorf("cycle %d CH%d block %d: sharpest plane %d, want 2", c, ch.Channel, b, z)
+								break
+							}
+						}
+					}
 					if ch.Marker != p.cfg.ChannelMarker(c, ch.Channel) {
 						t.Errorf("marker %q", ch.Marker)
 					}
@@ -473,6 +488,47 @@ func TestMissingInput(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), p.cfg, "nope", Options{}); !errors.Is(err, ErrInput) {
 		t.Errorf("unknown stage: err = %v", err)
+	}
+}
+
+// TestBlockFocus: the left half of the scene is sharp in plane 1, the right
+// half in plane 3; one block covering the image is Focus itself.
+func TestBlockFocus(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	sc := scene(rng)
+	bl := blur(sc)
+	half := func(left, right *raster.Gray16) *raster.Gray16 {
+		o := clone(right)
+		for y := 0; y < H; y++ {
+			copy(o.Pix[y*W:y*W+W/2], left.Pix[y*W:y*W+W/2])
+		}
+		return o
+	}
+	planes := []*raster.Gray16{half(sc, bl), bl, half(bl, sc)}
+	var bf [][]float64
+	var ps []PlaneStats
+	nx := 0
+	for i, g := range planes {
+		var f []float64
+		nx, _, f = BlockFocus(g, 16)
+		bf = append(bf, f)
+		ps = append(ps, PlaneStats{Z: i + 1})
+		if _, _, one := BlockFocus(g, 1000); one[0] != Focus(g) {
+			t.Errorf("plane %d: one block %v, Focus %v", i+1, one[0], Focus(g))
+		}
+	}
+	fm := bestPlanes(bf, ps, 16, nx)
+	if fm.NX != 6 || fm.NY != 5 {
+		t.Fatalf("%d x %d blocks, want 6 x 5", fm.NX, fm.NY)
+	}
+	for b, z := range fm.BestZ {
+		want := 1
+		if b%fm.NX >= 3 {
+			want = 3
+		}
+		if z != want {
+			t.Errorf("block (%d, %d): plane %d, want %d", b/fm.NX, b%fm.NX, z, want)
+		}
 	}
 }
 

@@ -81,24 +81,72 @@ func percentile(hist *[65536]int64, n int64, p float64) int {
 // pixels, in counts^2: larger for a sharper image of the same scene (the
 // usual variance-of-Laplacian focus measure). 0 for planes under 3 x 3 px.
 func Focus(g *raster.Gray16) float64 {
-	if g.W < 3 || g.H < 3 {
+	_, _, m := laplacianMoments(g, 0)
+	return m[0].variance()
+}
+
+// BlockFocus is Focus per block of block x block px (edge blocks smaller):
+// the variance of the same Laplacian over each block's interior pixels (the
+// Laplacian of the whole image, so a block's border pixels count too). It
+// returns the blocks per row and column and the values, row-major; a block
+// without interior pixels is 0.
+func BlockFocus(g *raster.Gray16, block int) (nx, ny int, f []float64) {
+	nx, ny, m := laplacianMoments(g, max(1, block))
+	f = make([]float64, len(m))
+	for i := range m {
+		f[i] = m[i].variance()
+	}
+	return nx, ny, f
+}
+
+type moments struct{ n, s, s2 float64 }
+
+func (m moments) variance() float64 {
+	if m.n == 0 {
 		return 0
 	}
-	var sum, sum2 float64
+	mean := m.s / m.n
+	return max(0, m.s2/m.n-mean*mean)
+}
+
+// laplacianMoments accumulates the Laplacian's count, sum and sum of
+// squares over the interior pixels per block (block <= 0: one block).
+func laplacianMoments(g *raster.Gray16, block int) (nx, ny int, m []moments) {
+	nx, ny = 1, 1
+	if block > 0 {
+		nx, ny = (g.W+block-1)/block, (g.H+block-1)/block
+	}
+	m = make([]moments, nx*ny)
+	if g.W < 3 || g.H < 3 {
+		return nx, ny, m
+	}
 	w := g.W
 	for y := 1; y < g.H-1; y++ {
 		row := g.Pix[y*w : (y+1)*w]
 		up := g.Pix[(y-1)*w : y*w]
 		dn := g.Pix[(y+1)*w : (y+2)*w]
+		var mr []moments // this row's blocks
+		if block > 0 {
+			mr = m[(y/block)*nx : (y/block+1)*nx]
+		} else {
+			mr = m[:1]
+		}
+		bx, next := 0, w // block of x and the x where the next block starts
+		if block > 0 {
+			next = block
+		}
 		for x := 1; x < w-1; x++ {
+			if x >= next {
+				bx++
+				next += block
+			}
 			l := 4*float64(row[x]) - float64(up[x]) - float64(dn[x]) - float64(row[x-1]) - float64(row[x+1])
-			sum += l
-			sum2 += l * l
+			mr[bx].n++
+			mr[bx].s += l
+			mr[bx].s2 += l * l
 		}
 	}
-	n := float64((g.W - 2) * (g.H - 2))
-	m := sum / n
-	return max(0, sum2/n-m*m)
+	return nx, ny, m
 }
 
 // NCC is the normalised cross-correlation (Pearson correlation) of a and b

@@ -12,11 +12,16 @@
 //	data/processed/registered/qc/cycNN_metrics.json                   NCC before/rigid/non-rigid, field stats
 //	data/processed/registered/qc/cycNN_overlay.png                    reference (magenta) + cycle (green)
 //	data/processed/registered/registered.ome.tif                      pyramidal OME-TIFF, every cycle x channel (internal/ometiff)
+//	data/processed/registered/markers.csv                             MCMICRO marker table of the OME-TIFF's channels, in its order
 //	data/processed/registered/.snakemake_complete                     sentinel (key=value, stage=registration)
 //
-// The reference image of a cycle is its first DAPI*.tif in name order, else
-// its first *.tif (the original's rule); the reference cycle is
-// registration.reference_cycle. Images of different sizes are zero-padded at
+// Every cycle is registered on its channel registration.reference_channel
+// (default 1, the DAPI channel of a CODEX experiment): the EDF image
+// cfg.EDFFileName(cycle, reference_channel), which must exist in every
+// cycle. (The original accepts the key but ignores it and always takes the
+// first DAPI*.tif, else the first *.tif; with DAPI in channel 1 both pick
+// the same image.) The reference cycle is registration.reference_cycle.
+// The "DAPI" of the comments below is that registration channel. Images of different sizes are zero-padded at
 // the bottom and right to the largest height and width, as the original
 // does; a size that differs from the largest by more than MaxPadPx or
 // MaxPadFrac of the dimension (whichever is larger) is refused. With one
@@ -146,11 +151,12 @@ type cycleInput struct {
 	cycle int
 	dir   string
 	files []string // base names, sorted
-	dapi  string   // base name of the registration image
+	dapi  string   // base name of the registration image (channel registration.reference_channel)
 }
 
-// Discover lists every cycle's EDF images and checks the sentinel and the
-// reference cycle.
+// Discover lists every cycle's EDF images, checks the sentinel, the
+// reference cycle and the reference channel, and picks each cycle's
+// registration image.
 func discover(cfg *config.Config) ([]cycleInput, error) {
 	ref := cfg.Registration.ReferenceCycle
 	found := false
@@ -159,6 +165,10 @@ func discover(cfg *config.Config) ([]cycleInput, error) {
 	}
 	if !found {
 		return nil, staging.Inputf("config %s: key registration.reference_cycle: %d is not among the cycles %v", cfg.Path, ref, cfg.Cycles)
+	}
+	refCh := cfg.Registration.ReferenceChannel
+	if !slices.Contains(cfg.Channels, refCh) {
+		return nil, staging.Inputf("config %s: key registration.reference_channel: %d is not among the channels %v", cfg.Path, refCh, cfg.Channels)
 	}
 	var out []cycleInput
 	for _, c := range cfg.Cycles {
@@ -178,11 +188,14 @@ func discover(cfg *config.Config) ([]cycleInput, error) {
 			ci.files = append(ci.files, filepath.Base(p))
 		}
 		sort.Strings(ci.files)
-		ci.dapi = ci.files[0]
-		for _, f := range ci.files {
-			if strings.HasPrefix(f, "DAPI") {
-				ci.dapi = f
-				break
+		ci.dapi = cfg.EDFFileName(c, refCh)
+		if !slices.Contains(ci.files, ci.dapi) {
+			return nil, staging.Inputf("config %s: key registration.reference_channel: channel %d of cycle %d is %s, which is not in %s (found %s)",
+				cfg.Path, refCh, c, ci.dapi, dir, strings.Join(ci.files, ", "))
+		}
+		for _, ch := range cfg.Channels {
+			if f := cfg.EDFFileName(c, ch); !slices.Contains(ci.files, f) {
+				return nil, staging.Inputf("cycle %d: channel %d's EDF image %s is missing from %s (found %s)", c, ch, f, dir, strings.Join(ci.files, ", "))
 			}
 		}
 		out = append(out, ci)
@@ -626,14 +639,14 @@ type cycleMetrics struct {
 }
 
 func writeGray16(path string, g *raster.Gray16) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		return err
 	}
 	return tiffio.WriteGray16(path, g)
 }
 
 func writeJSON(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -644,7 +657,7 @@ func writeJSON(path string, v any) error {
 }
 
 func copyFile(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
 		return err
 	}
 	in, err := os.Open(src)
@@ -675,7 +688,7 @@ func overlayLevel(g *raster.Gray16, w, h int) *raster.Float32 {
 // the registered cycle in green, each scaled to its 99.5th percentile;
 // aligned tissue appears white.
 func writeOverlay(path string, ref, cyc *raster.Float32) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		return err
 	}
 	w, h := min(ref.W, cyc.W), min(ref.H, cyc.H)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"image/png"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,6 +202,13 @@ func TestBadInput(t *testing.T) {
 		wantInput(t, err, d)
 		noOutput(t, cfg)
 	})
+	t.Run("missing channel image", func(t *testing.T) {
+		cfg, _ := project(t, 2)
+		os.Remove(filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 2)))
+		_, err := run(cfg, be)
+		wantInput(t, err, "cycle 2", cfg.EDFFileName(2, 2), "missing")
+		noOutput(t, cfg)
+	})
 	t.Run("size beyond padding", func(t *testing.T) {
 		cfg, _ := project(t, 2)
 		p := filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 2))
@@ -304,4 +312,68 @@ func TestPair(t *testing.T) {
 			t.Errorf("pair output: %v", err)
 		}
 	}
+}
+
+// registration.reference_channel picks the channel registration aligns
+// on: here every cycle's DAPI image is moved to channel 2 and channel 1
+// holds independent noise, so only registration on channel 2 can find the
+// scene's known warps.
+func TestReferenceChannel(t *testing.T) {
+	cfg, sc := project(t, 3)
+	for _, c := range cfg.Cycles {
+		d := EDFDir(cfg.ProjectDir, c)
+		dapi, err := tiffio.ReadGray16(filepath.Join(d, cfg.EDFFileName(c, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tiffio.WriteGray16(filepath.Join(d, cfg.EDFFileName(c, 2)), dapi); err != nil {
+			t.Fatal(err)
+		}
+		noise := raster.NewGray16(dapi.W, dapi.H)
+		rng := rand.New(rand.NewPCG(uint64(c), 7))
+		for i := range noise.Pix {
+			noise.Pix[i] = uint16(rng.IntN(4000))
+		}
+		if err := tiffio.WriteGray16(filepath.Join(d, cfg.EDFFileName(c, 1)), noise); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rms := func(c int) float64 {
+		m, _, _, err := ReadTransform(filepath.Join(OutDir(cfg.ProjectDir), "registration_data", config.CycleName(c)+"_transform.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return accuracy.ScoreMapping(testH, testW, 8, 16, sc.TissueAt, sc.Truth(c).Map, m.Apply).RMSAfter
+	}
+	// Channel 1 (the default): noise, so registration is refused or wrong.
+	if _, err := run(cfg, register.CPU{Workers: 2}); err == nil {
+		if e := rms(2); e < 2 {
+			t.Errorf("registered on channel 1 (noise), cycle 2 maps within %.2f px of the truth: the reference channel is not what registration uses", e)
+		}
+		os.RemoveAll(OutDir(cfg.ProjectDir))
+	}
+	cfg.Registration.ReferenceChannel = 2
+	if _, err := run(cfg, register.CPU{Workers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []int{2, 3} {
+		e := rms(c)
+		t.Logf("reference_channel 2: cycle %d mapping RMS %.3f px over tissue", c, e)
+		if !(e <= 0.5) {
+			t.Errorf("reference_channel 2: cycle %d mapping RMS %.3f px, want <= 0.5", c, e)
+		}
+		b, err := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir), "qc", config.CycleName(c)+"_metrics.json"))
+		if err != nil || !strings.Contains(string(b), `"dapi": "`+cfg.EDFFileName(c, 2)+`"`) {
+			t.Errorf("cycle %d metrics do not name the registration image %s: %v %s", c, cfg.EDFFileName(c, 2), err, b)
+		}
+	}
+	// A channel that is not configured, or whose image is missing.
+	cfg.Registration.ReferenceChannel = 9
+	_, err := run(cfg, register.CPU{Workers: 2})
+	wantInput(t, err, "registration.reference_channel", "9")
+	cfg.Registration.ReferenceChannel = 2
+	p := filepath.Join(EDFDir(cfg.ProjectDir, 3), cfg.EDFFileName(3, 2))
+	os.Remove(p)
+	_, err = run(cfg, register.CPU{Workers: 2})
+	wantInput(t, err, "registration.reference_channel", cfg.EDFFileName(3, 2), "cycle 3")
 }

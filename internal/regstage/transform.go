@@ -9,6 +9,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -66,7 +67,7 @@ func WriteTransform(dir, name string, r *register.Result, h, w int) error {
 	t.Rigid.Matrix = [2][3]float64{{a[0], a[1], b[0]}, {a[2], a[3], b[1]}}
 	if f := r.Mapping.Field; f != nil {
 		t.Field = &TransformField{f.NY, f.NX, f.Y0, f.X0, f.Step, pre + "field_dy.tif", pre + "field_dx.tif"}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return err
 		}
 		for _, c := range []struct {
@@ -85,16 +86,16 @@ func WriteTransform(dir, name string, r *register.Result, h, w int) error {
 // relative to the JSON's directory) and returns its mapping and the
 // reference frame's size.
 func ReadTransform(path string) (*register.Mapping, int, int, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, maxTransformJSON)
 	if err != nil {
-		return nil, 0, 0, staging.Inputf("transform: %w", err)
+		return nil, 0, 0, staging.Inputf("transform %s: %w", path, err)
 	}
 	var t Transform
 	if err := json.Unmarshal(b, &t); err != nil {
 		return nil, 0, 0, staging.Inputf("transform %s: %w", path, err)
 	}
-	if t.Version != 1 || t.Height < 1 || t.Width < 1 {
-		return nil, 0, 0, staging.Inputf("transform %s: version %d, size %dx%d: not a registration transform", path, t.Version, t.Width, t.Height)
+	if err := t.check(); err != nil {
+		return nil, 0, 0, staging.Inputf("transform %s: %w", path, err)
 	}
 	m := &register.Mapping{Rigid: register.Rigid{Theta: t.Rigid.ThetaRad, Scale: t.Rigid.Scale, TY: t.Rigid.TY, TX: t.Rigid.TX, CY: t.Rigid.CY, CX: t.Rigid.CX}}
 	if t.Field != nil {
@@ -114,6 +115,9 @@ func ReadTransform(path string) (*register.Mapping, int, int, error) {
 			}
 			if img.W != f.NX || img.H != f.NY {
 				return nil, 0, 0, staging.Inputf("transform %s: %s is %dx%d, want %dx%d", path, p, img.W, img.H, f.NX, f.NY)
+			}
+			if err := checkFieldValues(p, img.Pix, f.NX, float64(max(t.Height, t.Width))); err != nil {
+				return nil, 0, 0, staging.Inputf("transform %s: %w", path, err)
 			}
 			copy(c.dst, img.Pix)
 		}

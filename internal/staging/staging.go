@@ -12,19 +12,29 @@
 // The lock relies on link(2) and, for take-overs, flock(2) of the parent
 // directory: both atomic on local file systems and on NFSv3+ (link).
 //
+// The staging directory, and so the final one, gets the mode mkdir gives
+// under the process's umask (0755 under umask 022, 0775 under 002). A final
+// path that holds anything but a directory (a regular file, a symlink, a
+// device) is refused (ErrNotReplaceable), never replaced.
+//
 // Every stage (stitch, decon, edf, registration) uses it for its per-cycle
 // (or per-project) directory, and writes its Snakemake sentinel with
 // WriteSentinel.
 package staging
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // Dir is a staging directory for the final directory Final.
@@ -60,8 +70,11 @@ func NewWithOptions(final string, o Options) (*Dir, error) {
 		o.Stage = filepath.Join(filepath.Base(filepath.Dir(final)), filepath.Base(final))
 	}
 	parent := filepath.Dir(final)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := os.MkdirAll(parent, 0o777); err != nil {
 		return nil, fmt.Errorf("output directory %s: %w", parent, err)
+	}
+	if err := replaceable(final); err != nil {
+		return nil, err
 	}
 	lock, me, err := acquire(final, o)
 	if err != nil {
@@ -72,13 +85,47 @@ func NewWithOptions(final string, o Options) (*Dir, error) {
 		d.unlock()
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(parent, "."+filepath.Base(final)+".partial-")
+	dir, err := mkdirStaging(parent, "."+filepath.Base(final)+".partial-")
 	if err != nil {
 		d.unlock()
 		return nil, fmt.Errorf("output directory %s: %w", parent, err)
 	}
 	d.Path = dir
 	return d, nil
+}
+
+// ErrNotReplaceable is wrapped by the error for a final path that holds
+// something other than a directory (a regular file, a symlink, a device):
+// staging never replaces it.
+var ErrNotReplaceable = errors.New("not a directory this stage writes")
+
+// replaceable refuses a final path that exists and is not a real directory
+// (symlinks are not followed: a link is not replaced either). A directory is
+// an earlier output of the stage (or the empty one Snakemake makes before a
+// job) and is replaced on Commit.
+func replaceable(final string) error {
+	st, err := os.Lstat(final)
+	if err != nil || st.IsDir() {
+		return nil // absent (or unreadable: the rename reports it)
+	}
+	return fmt.Errorf("output %s is %s, %w: refusing to replace it (move it away)", final, safefile.Describe(st.Mode()), ErrNotReplaceable)
+}
+
+// mkdirStaging creates a new directory prefix<random> in parent with the
+// mode mkdir gives under the process's umask (os.MkdirTemp's 0700 would
+// survive the rename into place and hide the results from the group).
+func mkdirStaging(parent, prefix string) (string, error) {
+	var err error
+	for range 100 {
+		dir := filepath.Join(parent, prefix+strconv.FormatUint(rand.Uint64()>>16, 10))
+		if err = os.Mkdir(dir, 0o777); err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+	}
+	return "", err
 }
 
 // unlock releases the lock, logging a failure (the output is already in
@@ -96,8 +143,11 @@ func (s *Dir) unlock() {
 // Commit moves the staging directory into place, replacing an earlier
 // output (Snakemake creates the empty final directory before a job).
 func (s *Dir) Commit() error {
+	if err := replaceable(s.Final); err != nil {
+		return err
+	}
 	old := ""
-	if _, err := os.Stat(s.Final); err == nil {
+	if _, err := os.Lstat(s.Final); err == nil {
 		old = s.Path + ".old"
 		if err := os.Rename(s.Final, old); err != nil {
 			return fmt.Errorf("replace %s: %w", s.Final, err)
@@ -150,5 +200,5 @@ func WriteSentinel(path string, kv [][2]string) error {
 	for _, p := range kv {
 		b.WriteString(p[0] + "=" + p[1] + "\n")
 	}
-	return atomicfile.WriteBytes(path, []byte(b.String()), 0o644)
+	return atomicfile.WriteBytes(path, []byte(b.String()), 0o666) // under the umask
 }

@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/align/aligntest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -130,6 +132,23 @@ func TestAlignSyntheticCODEX(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkPositions(t, v.name, cyc, corr, pos, truth, v.pairTol, v.tileTol, v.bulk, v.bulkTol)
+				// stitching.global_refinement reaches the alignment: off,
+				// the tree's positions, which differ and are no closer to
+				// the truth (beyond aligntest.EqualTol)
+				treeCfg := *cfg
+				treeCfg.Stitching.GlobalRefinement = false
+				treeOpts := opts
+				treeOpts.Config = &treeCfg
+				treePos, err := alignTiles(ctx, treeOpts, cyc, raw, v.prof, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.Equal(treePos, pos) {
+					t.Errorf("%s: global_refinement on and off give the same positions", v.name)
+				}
+				if g, tr := rmsError(pos, truth), rmsError(treePos, truth); g > tr+aligntest.EqualTol {
+					t.Errorf("%s: global refinement position rms %.3f px, tree %.3f", v.name, g, tr)
+				}
 			}
 		})
 	}
@@ -222,4 +241,20 @@ func checkPositions(t *testing.T, name string, cyc *dataset.Cycle, tiles []*rast
 	pr := pairs[worstAt]
 	t.Logf("%s: %d/%d pairs textured, %d within %.2f px, worst %.3f px (%d-%d); %d tiles joined by them, worst %.3f px (tile %d); placed by the stage model only: %v",
 		name, nTex, len(pairs), within, bulkTol, worstPair, pr.A+1, pr.B+1, size[big], worstTile, tileAt+1, outside)
+}
+
+// rmsError is the RMS position error of pos against truth, px, after
+// removing the mean offset.
+func rmsError(pos, truth []raster.Point) float64 {
+	var oy, ox float64
+	for i := range pos {
+		oy += (pos[i].Y - truth[i].Y) / float64(len(pos))
+		ox += (pos[i].X - truth[i].X) / float64(len(pos))
+	}
+	var ss float64
+	for i := range pos {
+		dy, dx := pos[i].Y-truth[i].Y-oy, pos[i].X-truth[i].X-ox
+		ss += dy*dy + dx*dx
+	}
+	return math.Sqrt(ss / float64(len(pos)))
 }

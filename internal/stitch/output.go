@@ -13,7 +13,7 @@ import (
 )
 
 func mkdirFor(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
 		return fmt.Errorf("output directory %s: %w", filepath.Dir(path), err)
 	}
 	return nil
@@ -34,7 +34,7 @@ func writeFloat32(path string, img *raster.Float32) error {
 }
 
 func writeText(path, text string) error {
-	return atomicfile.WriteBytes(path, []byte(text), 0o644)
+	return atomicfile.WriteBytes(path, []byte(text), 0o666)
 }
 
 // writePositions writes tile_positions.csv: tile (1-based, acquisition

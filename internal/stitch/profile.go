@@ -11,18 +11,32 @@ import (
 const DefaultGPUBatch = 8
 
 // LoadProfile reads <prefix>_flatfield.tif (mean 1) and <prefix>_darkfield.tif
-// (counts) as written by a run; the darkfield comes back normalised (/65535).
-func LoadProfile(prefix string) (*basic.Profile, error) {
-	flat, err := tiffio.ReadFloat32(prefix + "_flatfield.tif")
+// (counts) as written by a run, for tiles of w x h px; the darkfield comes
+// back normalised (/65535). Every value is checked (basic.CheckFlatfield,
+// CheckDarkfield) and both must be w x h; errors name the file.
+func LoadProfile(prefix string, w, h int) (*basic.Profile, error) {
+	flatPath, darkPath := prefix+"_flatfield.tif", prefix+"_darkfield.tif"
+	flat, err := tiffio.ReadFloat32(flatPath)
 	if err != nil {
 		return nil, fmt.Errorf("basic profile: %w", err)
 	}
-	dark, err := tiffio.ReadFloat32(prefix + "_darkfield.tif")
+	dark, err := tiffio.ReadFloat32(darkPath)
 	if err != nil {
 		return nil, fmt.Errorf("basic profile: %w", err)
 	}
-	if flat.W != dark.W || flat.H != dark.H {
-		return nil, fmt.Errorf("basic profile %s: flatfield %dx%d and darkfield %dx%d differ", prefix, flat.W, flat.H, dark.W, dark.H)
+	for _, c := range []struct {
+		path string
+		w, h int
+	}{{flatPath, flat.W, flat.H}, {darkPath, dark.W, dark.H}} {
+		if c.w != w || c.h != h {
+			return nil, fmt.Errorf("basic profile %s is %dx%d, the tiles are %dx%d (w x h)", c.path, c.w, c.h, w, h)
+		}
+	}
+	if err := basic.CheckFlatfield(flatPath, flat.Pix, flat.W); err != nil {
+		return nil, fmt.Errorf("basic profile: %w", err)
+	}
+	if err := basic.CheckDarkfield(darkPath, dark.Pix, dark.W); err != nil {
+		return nil, fmt.Errorf("basic profile: %w", err)
 	}
 	for i := range dark.Pix {
 		dark.Pix[i] /= 65535

@@ -114,11 +114,11 @@ func compareStage(t *testing.T, cfg *config.Config, want, got string, tol stageT
 		for _, z := range cyc.Z {
 			name := fmt.Sprintf("CH%d Z%d", ch, z)
 			pfx := filepath.Join(fmt.Sprintf("CH%d", ch), "basic", fmt.Sprintf("%02d", z))
-			profW, err := LoadProfile(filepath.Join(want, pfx))
+			profW, err := LoadProfile(filepath.Join(want, pfx), cyc.W, cyc.H)
 			if err != nil {
 				t.Fatal(err)
 			}
-			profG, err := LoadProfile(filepath.Join(got, pfx))
+			profG, err := LoadProfile(filepath.Join(got, pfx), cyc.W, cyc.H)
 			if err != nil {
 				t.Fatal(err)
 			}

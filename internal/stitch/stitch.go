@@ -364,9 +364,14 @@ func alignTiles(ctx context.Context, o Options, cyc *dataset.Cycle, tiles []*ras
 		grid[k].Row, grid[k].Col = dataset.Grid(k, cyc.Cols)
 	}
 	res, err := align.Align(ctx, o.Engine.Translator(), corr, cyc.Rows, cyc.Cols, grid, align.Params{
-		Overlap: o.Config.TileOverlap, NCCThreshold: o.Config.NCCThreshold, POU: o.Config.POU, Subpixel: true})
+		Overlap: o.Config.TileOverlap, NCCThreshold: o.Config.NCCThreshold, POU: o.Config.POU, Subpixel: true,
+		Global: o.Config.Stitching.GlobalRefinement})
 	if err != nil {
 		return nil, fmt.Errorf("cycle %d: align tiles: %w", o.Cycle, err)
+	}
+	if res.Accepted != nil && o.Logger != nil {
+		o.Logger.Info("global tile refinement", "cycle", o.Cycle, "pairs", len(res.Pairs), "accepted", count(res.Accepted),
+			"outliers", count(res.Outlier), "remeasured", count(res.Remeasured))
 	}
 	return res.Positions, nil
 }
@@ -450,7 +455,18 @@ func mosaicSize(pos []raster.Point, h, w int) (int, int) {
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
-func f2(v float64) string       { return fmt.Sprintf("%.2f", v) }
+
+// count is the number of true values.
+func count(v []bool) int {
+	n := 0
+	for _, b := range v {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
 
 // sentinel lines in the original's key=value form.
 func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings, refits, fallbacks int) error {

@@ -76,7 +76,7 @@ func TestRunWritesLayout(t *testing.T) {
 			if d := img.H - (int(maxY+0.5) + info.Height); d != 0 || img.W-(int(maxX+0.5)+info.Width) != 0 {
 				t.Errorf("CH%d Z%d mosaic %dx%d for positions up to (%.1f, %.1f)", ch, z, img.W, img.H, maxY, maxX)
 			}
-			prof, err := LoadProfile(filepath.Join(out, fmt.Sprintf("CH%d", ch), "basic", fmt.Sprintf("%02d", z)))
+			prof, err := LoadProfile(filepath.Join(out, fmt.Sprintf("CH%d", ch), "basic", fmt.Sprintf("%02d", z)), info.Width, info.Height)
 			if err != nil {
 				t.Fatal(err)
 			}

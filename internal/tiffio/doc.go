@@ -16,15 +16,24 @@
 // Every page in the chain counts, reduced-resolution ones included. Sizes
 // from the header are checked before anything is allocated: chunks must lie
 // inside the file and compressed chunks cannot claim more than their
-// compression's maximum ratio; one page may decode to at most 16 GiB.
-// Sparse chunks (byte count 0) are treated as corrupt.
+// compression's maximum ratio; one page may decode to at most 16 GiB, and
+// one read call to at most DecodeLimit (the executables set it to their
+// memory budget, else the machine's memory). The chunks one read decodes may
+// not together span more bytes than the file has (strips or pages sharing
+// one payload are refused), so a small file cannot decode to a large one.
+// Sparse chunks (byte count 0) are treated as corrupt. Only regular files
+// are read: a FIFO, device, socket or directory is refused (ErrNotRegular)
+// before it is opened, and the open does not block. ReadGray16 and
+// ReadFloat32 read one plane and refuse a file of more pages, naming the
+// count; the *Pages readers read stacks.
 //
 // Writing produces little-endian, uncompressed, stripped TIFF (BitsPerSample
 // 16 with SampleFormat 1, or 32 with SampleFormat 3; Photometric
 // BlackIsZero; PlanarConfig 1; strips of about 512 KiB; each page's IFD
 // just before its pixels), switching to BigTIFF when the file would exceed
 // 4 GiB - 1 MiB. Writes are atomic (package atomicfile): temp file in the
-// same directory, fsync, rename, directory fsync; mode 0644 under the umask.
+// same directory, fsync, rename, directory fsync; mode 0666 under the umask
+// (what creat(2) gives: 0644 under umask 022, 0664 under 002).
 //
 // Errors name the file ("tiff <path>: ...") and wrap ErrFormat (the file is
 // not valid TIFF; ErrTruncated is a kind of it) or ErrUnsupported (valid but

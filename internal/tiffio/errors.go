@@ -17,6 +17,10 @@ var (
 	// ErrTruncated marks files that end before data they reference; it is
 	// also an ErrFormat.
 	ErrTruncated error = &kindError{msg: "truncated", parent: ErrFormat}
+	// ErrNotRegular marks a path that is not a regular file (a FIFO, device,
+	// socket or directory); it is refused before it is opened for reading,
+	// and is also an ErrFormat.
+	ErrNotRegular error = &kindError{msg: "cannot read", parent: ErrFormat}
 	// ErrUnsupported marks valid TIFF using a feature or pixel type this
 	// package does not handle.
 	ErrUnsupported error = &kindError{msg: "unsupported"}

@@ -64,6 +64,9 @@ func readGray16SubIFDs(f *file, page int) ([]*raster.Gray16, error) {
 		if p.sf != sampleUint || p.bps != 16 {
 			return nil, unsupErr("want 16-bit unsigned gray, subifd %d of page %d has %s samples", i, page, p.describeSample())
 		}
+		if err := f.claim(p); err != nil {
+			return nil, fmt.Errorf("subifd %d: %w", i, err)
+		}
 		img := raster.NewGray16(p.width, p.height)
 		bo := f.bo
 		err = f.decodePage(p, func(y, x int, row []byte) {

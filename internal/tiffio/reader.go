@@ -104,6 +104,9 @@ type file struct {
 	bo    binary.ByteOrder
 	big   bool
 	first int64 // offset of the first IFD
+
+	decoded int64  // image bytes claimed by this read so far (claim)
+	spanned uint64 // chunk bytes claimed by this read so far
 }
 
 // readAt fills p from offset off, or reports what was cut short.
@@ -456,6 +459,14 @@ func (f *file) parsePage(d *ifd, index int, layout bool) (*page, error) {
 		}
 		if p.chunkH, err = get(tagTileLength, 0, 1, maxDim, "tile length"); err != nil {
 			return nil, err
+		}
+		// A tile larger than the image (rounded up to TIFF's multiple of 16)
+		// and than 4096 px would only make a small image claim a large buffer.
+		if lim := max(ceilDiv(p.width, 16)*16, 4096); p.chunkW > lim {
+			return nil, unsupErr("page %d: tile width %d for an image %d wide (at most %d)", index, p.chunkW, p.width, lim)
+		}
+		if lim := max(ceilDiv(p.height, 16)*16, 4096); p.chunkH > lim {
+			return nil, unsupErr("page %d: tile length %d for an image %d long (at most %d)", index, p.chunkH, p.height, lim)
 		}
 		tb, ok := mul3(int64(p.chunkW), int64(p.chunkH), p.bytesPerSample)
 		if !ok || tb > maxImageBytes {

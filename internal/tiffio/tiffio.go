@@ -1,10 +1,13 @@
 package tiffio
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/safefile"
 )
 
 // Info describes the first page of a file; Pages counts the IFD chain.
@@ -17,15 +20,37 @@ type Info struct {
 	BigTIFF         bool
 }
 
-// open opens path and parses its header; the caller closes the file.
-func open(path string) (*os.File, *file, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
+// decodeLimit caps the decoded bytes of one read call (every page it
+// decodes, SubIFDs included); SetDecodeLimit sets it.
+var decodeLimit atomic.Int64
+
+func init() { decodeLimit.Store(16 << 30) }
+
+// SetDecodeLimit caps the decoded size (bytes) of every later read call: a
+// file whose headers claim more is refused before anything is allocated.
+// The executables set it to the machine's memory at start and to their
+// memory budget once it is known; bytes <= 0 leaves the limit alone. It
+// returns a function that restores the previous limit.
+func SetDecodeLimit(bytes int64) (restore func()) {
+	if bytes <= 0 {
+		return func() {}
 	}
-	st, err := fh.Stat()
+	prev := decodeLimit.Swap(bytes)
+	return func() { decodeLimit.Store(prev) }
+}
+
+// DecodeLimit is the current per-read decode cap in bytes.
+func DecodeLimit() int64 { return decodeLimit.Load() }
+
+// open opens path and parses its header; the caller closes the file. Only
+// regular files are opened (package safefile: a FIFO, device or directory
+// is refused before the open, and the open does not block).
+func open(path string) (*os.File, *file, error) {
+	fh, st, err := safefile.Open(path)
 	if err != nil {
-		fh.Close()
+		if errors.Is(err, safefile.ErrNotRegular) {
+			err = fmt.Errorf("%w: %w", ErrNotRegular, err)
+		}
 		return nil, nil, err
 	}
 	f, err := openTIFF(fh, st.Size())
@@ -34,6 +59,55 @@ func open(path string) (*os.File, *file, error) {
 		return nil, nil, err
 	}
 	return fh, f, nil
+}
+
+// claim reserves p's decoded size against the read's decode limit and its
+// chunks' bytes against the file's size, before p's image is allocated. The
+// chunks a read decodes cannot together span more bytes than the file has:
+// more means they overlap (strips or pages sharing one payload), which
+// would let a small file decode to an arbitrary size.
+func (f *file) claim(p *page) error {
+	f.decoded += p.imageBytes
+	lim := decodeLimit.Load()
+	if f.decoded > lim {
+		return unsupErr("page %d: decoding %d bytes (%dx%d %d-bit) exceeds this process's limit of %d bytes (its memory budget)",
+			p.index, f.decoded, p.width, p.height, p.bps, lim)
+	}
+	if need := p.chunkNeed(0); need > lim {
+		return unsupErr("page %d: one %s decodes to %d bytes, over this process's limit of %d bytes", p.index, p.chunkKind(), need, lim)
+	}
+	for i := range p.chunksAcross * p.chunksDown {
+		n := uint64(p.chunkNeed(i))
+		if p.compression != compNone {
+			n = p.counts[i]
+		}
+		f.spanned += n
+		if f.spanned > uint64(f.size) {
+			return formatErr("%ss of page %d claim more bytes than the file's %d: chunks overlap (shared payload)", p.chunkKind(), p.index, f.size)
+		}
+	}
+	return nil
+}
+
+// onePage counts the IFD chain and refuses more than one page where one
+// plane is expected.
+func (f *file) onePage() error {
+	n := 0
+	err := f.walk(func(page int, off int64) (bool, error) {
+		n = page + 1
+		return n < 2, nil
+	})
+	if err != nil {
+		return err
+	}
+	if n > 1 {
+		info, err := readInfo(f)
+		if err == nil {
+			n = info.Pages
+		}
+		return formatErr("file has %d pages, one plane expected", n)
+	}
+	return nil
 }
 
 func wrap(path string, err error) error {
@@ -97,6 +171,9 @@ func readGray16(f *file, all bool) ([]*raster.Gray16, error) {
 		if p.sf != sampleUint || p.bps != 16 {
 			return unsupErr("want 16-bit unsigned gray, page %d has %s samples", p.index, p.describeSample())
 		}
+		if err := f.claim(p); err != nil {
+			return err
+		}
 		img := raster.NewGray16(p.width, p.height)
 		bo := f.bo
 		err := f.decodePage(p, func(y, x int, row []byte) {
@@ -116,6 +193,9 @@ func readFloat32(f *file, all bool) ([]*raster.Float32, error) {
 	var out []*raster.Float32
 	err := f.eachPage(all, func(p *page) error {
 		kind, _ := sampleKind(p.sf, p.bps) // checked by parsePage
+		if err := f.claim(p); err != nil {
+			return err
+		}
 		img := raster.NewFloat32(p.width, p.height)
 		bo := f.bo
 		size := int(p.bytesPerSample)
@@ -138,6 +218,11 @@ func readPath[T any](path string, read func(*file, bool) ([]T, error), all bool)
 		return nil, wrap(path, err)
 	}
 	defer fh.Close()
+	if !all {
+		if err := f.onePage(); err != nil {
+			return nil, wrap(path, err)
+		}
+	}
 	out, err := read(f, all)
 	if err != nil {
 		return nil, wrap(path, err)
@@ -145,8 +230,8 @@ func readPath[T any](path string, read func(*file, bool) ([]T, error), all bool)
 	return out, nil
 }
 
-// ReadGray16 reads the first page, which must have one 16-bit unsigned
-// sample per pixel.
+// ReadGray16 reads a one-page file (a file of more pages is refused, naming
+// the count), which must have one 16-bit unsigned sample per pixel.
 func ReadGray16(path string) (*raster.Gray16, error) {
 	pages, err := readPath(path, readGray16, false)
 	if err != nil {
@@ -155,7 +240,7 @@ func ReadGray16(path string) (*raster.Gray16, error) {
 	return pages[0], nil
 }
 
-// ReadFloat32 reads the first page as float32: float pages as stored,
+// ReadFloat32 reads a one-page file as float32: float pages as stored,
 // integer pages converted to float counts (no rescaling).
 func ReadFloat32(path string) (*raster.Float32, error) {
 	pages, err := readPath(path, readFloat32, false)

@@ -24,7 +24,7 @@ const (
 	// classicLimit is the largest file written as classic TIFF; beyond it
 	// offsets would not fit 32 bits (with a margin for rounding slack).
 	classicLimit = 1<<32 - 1<<20
-	filePerm     = 0o644
+	filePerm     = 0o666 // under the umask, as creat(2)
 )
 
 // forceBigTIFF makes the writer emit BigTIFF regardless of size (tests).

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -212,7 +213,7 @@ func catalogue() []badCase {
 			badCase{exe, "flag unknown", func(_ *testing.T, p *project) []string { return args(p, "--frobnicate") }, nil, "", 2, "frobnicate"},
 		)
 	}
-	return cases
+	return append(cases, hostile()...)
 }
 
 func equal16(a, b []uint16) bool {
@@ -354,9 +355,13 @@ func TestBadInputs(t *testing.T) {
 				Out: filepath.Join(dir, "data", "processed", "stitched", "cyc01")}
 			p.editConfig(t, "project_dir: "+tmpl, "project_dir: "+dir)
 			args := tc.setup(t, p)
-			cmd := exec.Command(bin, args...)
+			// A run that hangs (a FIFO opened for reading, an endless file)
+			// is killed and fails the case.
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, args...)
 			if tc.shell != "" {
-				cmd = exec.Command("sh", "-c", tc.shell+` exec "$0" "$@"`, bin)
+				cmd = exec.CommandContext(ctx, "sh", "-c", tc.shell+` exec "$0" "$@"`, bin)
 				cmd.Args = append(cmd.Args, args...)
 			}
 			cmd.Env = exectest.Env(append([]string{"KINTSUGI_LOG_FORMAT=text"}, tc.env...)...)
@@ -364,13 +369,22 @@ func TestBadInputs(t *testing.T) {
 			if err := exectest.Check(msg, code, tc.code, tc.want); err != nil {
 				t.Error(err)
 			}
+			if ctx.Err() != nil {
+				t.Errorf("hung: killed after 90 s")
+			}
+			if bytes.Contains(msg, []byte("panic:")) || bytes.Contains(msg, []byte("goroutine ")) {
+				t.Errorf("panicked:\n%s", msg)
+			}
+			if after := hostileAfter[tc.exe+"/"+tc.kind]; after != nil {
+				after(t, p)
+			}
 			if p.release != nil {
 				p.release()
 			}
 			if tc.exe != "stitch" {
 				return
 			}
-			if left := leftovers(t, p, tc.code); len(left) > 0 && tc.kind != "output directory not writable (a file in its place)" {
+			if left := leftovers(t, p, tc.code); len(left) > 0 && tc.kind != "output directory not writable (a file in its place)" && tc.kind != "output path holds a regular file (was replaced)" {
 				t.Errorf("left in %s: %v", filepath.Dir(p.Out), left)
 			}
 			if tc.code == 0 {

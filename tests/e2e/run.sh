@@ -499,7 +499,7 @@ import json, sys
 a = json.load(open(sys.argv[1]))
 cpu, reg = a["cpu"], a["registration"]
 json.dump([{"rule": r, "account": cpu["account"], "partition": cpu["partition"], "gpus": 0}
-           for r in ("qc_stitch", "qc_decon", "qc_edf", "qc_registration")]
+           for r in ("qc_stitch", "qc_decon", "qc_edf", "qc_registration", "qc_report")]
           + [{"rule": "registration", "account": reg["account"], "partition": reg["partition"], "gpus": 1}],
           open(sys.argv[2], "w"), indent=1)
 PY
@@ -508,7 +508,7 @@ $PY tests/e2e/slurm_check.py --log "$work/snakemake_all.log" --limits "$limits" 
   { cat "$work/slurm_check_all.log"; fail "SLURM accounting checks (all run: QC jobs without GPU, beside registration)"; }
 grep '^slurm_check' "$work/slurm_check_all.log"
 n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_all.log")
-[ "$n_sub" = 6 ] || fail "all --forcerun registration submitted $n_sub SLURM jobs, want registration twice (the retry) + the 4 QC jobs"
+[ "$n_sub" = 7 ] || fail "all --forcerun registration submitted $n_sub SLURM jobs, want registration twice (the retry) + the 4 QC jobs + qc_report"
 reglog=$proj/slurm/logs/snakemake/registration.log
 $PY - "$reglog" "$mem_low" <<'PY' || fail "registration log: attempts and memory"
 import re, sys

@@ -93,8 +93,8 @@ func setup(o opts) (cfg *config.Config, workers int, eng deconstage.Engine, cpu 
 	if err != nil {
 		return nil, 0, nil, false, nil, err
 	}
-	if o.memCapMB < 0 {
-		return nil, 0, nil, false, nil, cliutil.Usagef("--gpu-mem-cap %d: want MB >= 0", o.memCapMB)
+	if o.memCapMB < 0 || o.memCapMB > maxGPUMemCapMB {
+		return nil, 0, nil, false, nil, cliutil.Usagef("--gpu-mem-cap %d: want 0..%d MB", o.memCapMB, maxGPUMemCapMB)
 	}
 	if o.memCapMB > 0 {
 		if dev == cliutil.DeviceCPU {
@@ -111,6 +111,10 @@ func setup(o opts) (cfg *config.Config, workers int, eng deconstage.Engine, cpu 
 	}
 	return cfg, n, eng, dev == cliutil.DeviceCPU, release, nil
 }
+
+// maxGPUMemCapMB bounds --gpu-mem-cap (1 TiB, far above any GPU) so the
+// byte count cannot overflow.
+const maxGPUMemCapMB = 1 << 20
 
 func asExit(err error) error { return stagecli.InputAsUsage(err, deconstage.ErrInput) }
 
@@ -129,6 +133,9 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 }
 
 func tileCommand(ctx context.Context, o opts, in, out string, ch int) error {
+	if err := cliutil.CheckOutput("--out", out, in, o.configPath); err != nil {
+		return err
+	}
 	cfg, workers, eng, cpu, release, err := setup(o)
 	if err != nil {
 		return err

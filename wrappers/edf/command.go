@@ -68,6 +68,9 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 
 // tileCommand is `kintsugi-edf tile`.
 func tileCommand(ctx context.Context, o opts, in, out string) error {
+	if err := cliutil.CheckOutput("--out", out, in, o.configPath); err != nil {
+		return err
+	}
 	p, g := edf.DefaultParams(), edf.GateFromConfig(config.DefaultQualityGate())
 	if o.configPath != "" {
 		cfg, err := cliutil.LoadConfig(o.configPath)

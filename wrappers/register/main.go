@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -24,9 +25,10 @@ import (
 func main() {
 	app := cliutil.NewApp("kintsugi-register", "register the cycles of a CODEX/PhenoCycler project",
 		`Commands:
-  run    register every cycle to registration.reference_cycle on DAPI (first
-         DAPI*.tif of data/processed/edf/cycNN/, else the first *.tif; every
-         cycle's EDF sentinel required), warp every channel, and write
+  run    register every cycle to registration.reference_cycle on channel
+         registration.reference_channel (default 1, DAPI) of
+         data/processed/edf/cycNN/ (every cycle's EDF sentinel required),
+         warp every channel, and write
          data/processed/registered/cycNN/<same name>.tif, the transforms
          (registration_data/), QC metrics and overlays (qc/) and the
          sentinel, atomically. Sizes that differ are zero-padded at the
@@ -147,6 +149,13 @@ func pairParams(cfgPath string, rigidOnly bool) (register.Params, error) {
 }
 
 func pairCommand(ctx context.Context, o opts, cfgPath, fixed, moving, out string, rigidOnly bool) error {
+	// Pair writes these into --out; none may be an input (--out the moving
+	// image's own directory would replace it).
+	for _, name := range []string{filepath.Base(moving), "transform.json", "field_dy.tif", "field_dx.tif", "metrics.json", "overlay.png"} {
+		if err := cliutil.CheckOutput("--out", filepath.Join(out, name), fixed, moving, cfgPath); err != nil {
+			return err
+		}
+	}
 	p, err := pairParams(cfgPath, rigidOnly)
 	if err != nil {
 		return err
@@ -169,6 +178,9 @@ func pairCommand(ctx context.Context, o opts, cfgPath, fixed, moving, out string
 }
 
 func applyCommand(ctx context.Context, o opts, transform, in, out string) error {
+	if err := cliutil.CheckOutput("--out", out, in, transform); err != nil {
+		return err
+	}
 	be, _, _, closeBE, err := backend(o)
 	if err != nil {
 		return err

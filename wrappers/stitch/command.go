@@ -167,13 +167,21 @@ func correctCommand(ctx context.Context, o commandOptions, t correctOptions) err
 	if err != nil {
 		return inputAsUsage(err)
 	}
+	inputs := []string{o.ConfigPath}
+	for _, z := range cyc.Z {
+		p := filepath.Join(dir, fmt.Sprintf("%02d", z))
+		inputs = append(inputs, cyc.Path(t.Tile, z, t.Channel), p+"_flatfield.tif", p+"_darkfield.tif")
+	}
+	if err := cliutil.CheckOutput("--out", t.Out, inputs...); err != nil {
+		return err
+	}
 	pages := make([]*raster.Gray16, len(cyc.Z))
 	for i, z := range cyc.Z {
-		prof, err := stitch.LoadProfile(filepath.Join(dir, fmt.Sprintf("%02d", z)))
+		raw, err := tiffio.ReadGray16(cyc.Path(t.Tile, z, t.Channel))
 		if err != nil {
 			return cliutil.AsUsage(err)
 		}
-		raw, err := tiffio.ReadGray16(cyc.Path(t.Tile, z, t.Channel))
+		prof, err := stitch.LoadProfile(filepath.Join(dir, fmt.Sprintf("%02d", z)), raw.W, raw.H)
 		if err != nil {
 			return cliutil.AsUsage(err)
 		}

@@ -79,6 +79,7 @@ func Run(t *testing.T, tr align.PairTranslator) {
 	t.Run("Align", func(t *testing.T) { testAlign(t, tr) })
 	t.Run("AlignRecoversBlunder", func(t *testing.T) { testAlignBlunder(t, tr) })
 	t.Run("AlignStageBeyondPOU", func(t *testing.T) { testAlignBeyondPOU(t, tr) })
+	t.Run("Global", func(t *testing.T) { testGlobal(t, tr) })
 	t.Run("Deterministic", func(t *testing.T) { testDeterministic(t, tr) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, tr) })
 }

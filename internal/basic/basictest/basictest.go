@@ -441,9 +441,14 @@ func testCancel(t *testing.T, f basic.Fitter) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("deadline %v into a %v fit: error %v, want context.DeadlineExceeded", full/4, full, err)
 	}
-	// One ALM iteration takes milliseconds; 2 s allows a slow shared machine.
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("cancellation took %v", d)
+	// One ALM iteration takes milliseconds. The fit must return within the
+	// deadline plus max(2 s, a quarter of the full fit) after it: a fit that
+	// ignored the context would take the whole fit (4 quarters); the
+	// relative term keeps the bound meaningful on a loaded shared machine,
+	// where every fit (the uncancelled one included) runs slower.
+	slack := max(2*time.Second, full/4)
+	if d := time.Since(start); d > full/4+slack {
+		t.Errorf("cancellation took %v (deadline %v, full fit %v, allowed %v)", d, full/4, full, full/4+slack)
 	}
 }
 

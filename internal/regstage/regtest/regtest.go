@@ -28,7 +28,8 @@ func WriteProject(t testing.TB, dir string, cycles int, reg map[string]any, so s
 }
 
 // WriteProjectChannels is WriteProject with channels (>= 2) channels per
-// cycle: DAPI and one marker rendered by the scene, further channels cheap
+// cycle (cycle 1: DAPI and blanks, the synthetic generator's
+// BlankFirstCycle): DAPI and one marker rendered by the scene, further channels cheap
 // copies of the marker with their bits permuted per channel (x XOR a
 // per-channel key: other content for the same cost of warping and
 // writing).
@@ -39,9 +40,8 @@ func WriteProjectChannels(t testing.TB, dir string, cycles, channels int, reg ma
 		t.Fatal(err)
 	}
 	o.OutDir, o.NCycles, o.NChannels, o.Cycles = dir, cycles, channels, nil
-	if channels > 2 {
-		o.BlankFirstCycle = false // one marker name per channel (several Blank channels would share a file name)
-	}
+	// Cycle 1's channels 2.. stay Blank, as in CODEX: with several, the
+	// config's duplicate rule names them Blank_1a, Blank_1b, ...
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
