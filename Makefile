@@ -39,8 +39,9 @@ check:
 	scripts/slurm-up.sh
 	$(MAKE) test
 
-# The README's example: the stitch stage through Snakemake on the built-in
-# synthetic project, on the explicitly requested CPU device.
+# The README's example: the whole pipeline (stitch -> deconvolve -> edf -> registration) through
+# Snakemake, locally, on the built-in synthetic example project, on the explicitly requested CPU
+# device (scripts/example.sh).
 example:
 	scripts/example.sh
 
@@ -48,9 +49,21 @@ example:
 # and decon); `tests/e2e/kill_rerun.sh` alone runs the full 20 over every stage.
 E2E_KILL_RERUN_N ?= 6
 E2E_KILL_RERUN_STAGES ?= stitch decon
+# The Snakemake versions of the end-to-end test: Debian's 7.21 and 9.25.2 from the offline wheelhouse
+# (scripts/test-deps.sh installs it into $(SM9_VENV)). On a test cluster shared by several users,
+# run the whole target under one lock (`flock /tmp/kintsugi-slurm.lock make e2e`), so that their
+# job accounting never mixes; the target takes no lock itself (a nested flock would wait on itself).
+SM7       ?= /usr/bin/snakemake
+SM9_VENV  ?= /opt/kintsugi-sm/9.25.2
+SM9       ?= $(SM9_VENV)/bin/snakemake
+E2E_DIR   ?= /tmp/kintsugi-e2e
 
 e2e: build
-	tests/e2e/run.sh
+	tests/e2e/sm_compat.sh
+	SNAKEMAKE=$(SM7) tests/e2e/local_quoting.sh
+	SNAKEMAKE=$(SM9) tests/e2e/local_quoting.sh
+	KINTSUGI_E2E_DIR=$(E2E_DIR)-7 E2E_SNAKEMAKE=$(SM7) tests/e2e/run.sh
+	KINTSUGI_E2E_DIR=$(E2E_DIR)-9 E2E_SNAKEMAKE=$(SM9) E2E_CONFIG_FROM=init tests/e2e/run.sh
 	KILL_RERUN_N=$(E2E_KILL_RERUN_N) KILL_RERUN_STAGES="$(E2E_KILL_RERUN_STAGES)" tests/e2e/kill_rerun.sh
 	tests/e2e/stale_coordinator.sh
 

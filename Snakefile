@@ -29,7 +29,7 @@ import tempfile
 
 from snakemake import __version__ as SNAKEMAKE_VERSION
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("7.21")
 
@@ -91,13 +91,7 @@ if not os.access(os.path.join(BIN, "kintsugi-assign"), os.X_OK):
     raise WorkflowError(f"{BIN}/kintsugi-assign not found: run `make` in {KINTSUGI} (or set kintsugi_dir)")
 KINTSUGI_CONFIG = os.path.join(BIN, "kintsugi-config")
 if not os.access(KINTSUGI_CONFIG, os.X_OK):
-    if os.path.isdir(os.path.join(KINTSUGI, "cmd", "kintsugi-config")):
-        raise WorkflowError(f"{KINTSUGI_CONFIG} not found: run `make` in {KINTSUGI} (the Snakefile validates the config with it)")
-    # Transitional: a checkout without cmd/kintsugi-config (before that executable landed). The raw
-    # files are not checked and EDF names come from _edf_filename_py.
-    KINTSUGI_CONFIG = None
-    if MAIN:
-        print(f"kintsugi: {KINTSUGI} has no cmd/kintsugi-config: raw config files {_sm_configfiles()} not checked by the Go loader", file=sys.stderr)
+    raise WorkflowError(f"{KINTSUGI_CONFIG} not found: run `make` in {KINTSUGI} (the Snakefile validates the config with it)")
 
 
 def _kintsugi_config(args, what):
@@ -108,7 +102,7 @@ def _kintsugi_config(args, what):
     return proc.stdout
 
 
-if KINTSUGI_CONFIG and _sm_configfiles():
+if _sm_configfiles():
     _kintsugi_config(["check", "--raw"] + _sm_configfiles(), "config file refused")
     if MAIN:
         print(f"kintsugi-config: raw config files {_sm_configfiles()} passed", file=sys.stderr)
@@ -177,7 +171,22 @@ _coerced = _coerce(dict(config), _SCHEMA_DOC, "")
 config.clear()
 config.update(_coerced)
 
-validate(config, SCHEMA, set_default=False)
+def _validate_schema(cfg):
+    """jsonschema validation of the merged config; errors name the key as the Go loader does
+    (resources.accounts[0].name), first few of them."""
+    import jsonschema
+    cls = jsonschema.validators.validator_for(_SCHEMA_DOC)
+    errs = sorted(cls(_SCHEMA_DOC).iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
+    if errs:
+        def key(e):
+            out = ""
+            for p in e.absolute_path:
+                out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+            return out or "(top level)"
+        raise WorkflowError("config refused by " + SCHEMA + ":\n" + "\n".join(f"  key {key(e)}: {e.message}" for e in errs[:10]))
+
+
+_validate_schema(config)
 
 PROJECT = os.path.abspath(config["project_dir"])
 CYCLES = [int(c) for c in config["cycles"]]
@@ -193,15 +202,6 @@ QC_DIR = os.path.join(PROJECT, "qc_plots")
 def cyc_fmt(c):
     """Two-digit cycle name used in output paths (cyc01)."""
     return f"{int(c):02d}"
-
-
-def _edf_filename_py(cycle, ch):
-    """Only without bin/kintsugi-config (see above): the original's EDF output name, the marker name
-    with '/' and ' ' replaced by '_', + .tif; CH{ch}_edf.tif when the cycle has no names."""
-    names = CHANNEL_NAMES.get(int(cycle), CHANNEL_NAMES.get(str(int(cycle)), [])) or []
-    if 1 <= ch <= len(names) and names[ch - 1]:
-        return names[ch - 1].replace("/", "_").replace(" ", "_") + ".tif"
-    return f"CH{ch}_edf.tif"
 
 
 def _write_config_json():
@@ -231,8 +231,6 @@ def _edf_files():
     """{cycle: [EDF file name of channel 1, 2, ...]} as the Go executables name them: from the full
     check of the merged config (`kintsugi-config check`: channel-name rules, duplicates renamed),
     so validate, QC and registration see the same names; it fails before any job when a name is bad."""
-    if KINTSUGI_CONFIG is None:
-        return {c: [_edf_filename_py(c, ch) for ch in CHANNELS] for c in CYCLES}
     doc = json.loads(_kintsugi_config(["check", CONFIG_JSON], "config refused"))
     out = {}
     for c in CYCLES:

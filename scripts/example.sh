@@ -19,9 +19,10 @@ pkgs="make snakemake python3-tifffile python3-jsonschema"
 # shellcheck disable=SC2086
 if ! dpkg -s $pkgs >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  # DPkg::Lock::Timeout: wait for another apt/dpkg run (e.g. unattended upgrades at boot) instead of failing.
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 update -qq
   # shellcheck disable=SC2086
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends $pkgs >/dev/null
 fi
 
 make build

@@ -3,11 +3,11 @@
 #   1. Debian packages (--no-install-recommends): the SLURM daemons (munge, slurm-wlm, slurmdbd with
 #      MariaDB), Snakemake 7.21, tifffile (the independent TIFF reader of the tests), libtiff6 (the
 #      TIFF cross-check writes LZW/PackBits files through it), make, git and ca-certificates (Go's
-#      module download); and the Debian side of Snakemake 9 (third_party/snakemake-wheels/INSTALL.md).
+#      module download), chromium (the QC report test renders report.html headless); and the Debian side of Snakemake 9 (third_party/snakemake-wheels/INSTALL.md).
 #   2. Snakemake 9 venvs from the offline wheelhouse third_party/snakemake-wheels/whl (no network):
 #      $KINTSUGI_SM_VENVS/<version> (default /opt/kintsugi-sm) for each of $KINTSUGI_SM_VERSIONS
-#      (default 9.25.2: the e2e runs on it; `SM_VERSIONS="9.25.2 9.16.3 9.16.2" scripts/test-deps.sh`
-#      adds the parse-test versions), each with snakemake-executor-plugin-slurm 2.7.1 and jsonschema
+#      (default "9.25.2 9.16.3 9.16.2": the e2e runs on 9.25.2, tests/e2e/sm_compat.sh parses the
+#      workflow under all three; ~10 s each), each with snakemake-executor-plugin-slurm 2.7.1 and jsonschema
 #      4.26.0, on Debian's /usr/bin/python3 with its site packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ pkgs9="python3-venv python3-yaml python3-docutils python3-psutil python3-request
   python3-attr python3-plac python3-typing-extensions python3-pandas python3-numpy python3-traitlets
   python3-jupyter-core python3-fastjsonschema python3-platformdirs python3-greenlet"
 VENVS=${KINTSUGI_SM_VENVS:-/opt/kintsugi-sm}
-VERSIONS=${SM_VERSIONS:-${KINTSUGI_SM_VERSIONS:-9.25.2}}
+VERSIONS=${SM_VERSIONS:-${KINTSUGI_SM_VERSIONS:-9.25.2 9.16.3 9.16.2}}
 WHEELS=third_party/snakemake-wheels/whl
 sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
 

@@ -380,11 +380,11 @@ func TestConfigOptions(t *testing.T) {
 	}
 	text, cfg, err := p.Config("c.yaml", Options{KintsugiDir: "/k", Device: "cpu",
 		Accounts: []config.Account{{Name: "a", GPUSlots: 3, CPUSlots: 8}, {Name: "b", GPUSlots: 2}}, AccountsFrom: "test",
-		Resources: []Override{{"mem_stitch", "1500"}, {"cpu_utilization_cap", "0.5"}, {"qos", "gpu q"}}})
+		Resources: []Override{{"mem_stitch", "1500"}, {"cpu_utilization_cap", "0.5"}, {"qos", "yes"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"  total_gpu_slots: 5", "  total_slots: 13", "  mem_stitch: 1500", "  cpu_utilization_cap: 0.5", `  qos: "gpu q"`, "device: cpu"} {
+	for _, want := range []string{"  total_gpu_slots: 5", "  total_slots: 13", "  mem_stitch: 1500", "  cpu_utilization_cap: 0.5", `  qos: "yes"`, "device: cpu"} {
 		if !strings.Contains(string(text), want+" ") && !strings.Contains(string(text), want+"\n") {
 			t.Errorf("config lacks %q", want)
 		}

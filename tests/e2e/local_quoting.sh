@@ -49,6 +49,24 @@ for s in ("stitch", "decon", "edf", "registration"):
 r["mem_edf"] = low
 yaml.safe_dump(c, open(p, "w"), sort_keys=False, allow_unicode=True)
 PY
+# SLURM names: an account or partition that is not a SLURM name (shell or sbatch metacharacters) is
+# refused when the workflow starts, naming the key (schema pattern; the Go loader of kintsugi-assign too).
+i=0
+for kv in "name=lab account" 'name=a;touch x' 'partition_gpu=gpu;touch /tmp/pwned;#' 'partition_cpu=$(id)' "partition_gpu=gpu,a'b"; do
+  i=$((i + 1)); key=${kv%%=*} val=${kv#*=}
+  $PY - "$cfg" "$base/badname$i.yaml" "$key" "$val" <<'PY'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+c["resources"]["accounts"][0][sys.argv[3]] = sys.argv[4]
+yaml.safe_dump(c, open(sys.argv[2], "w"), sort_keys=False, allow_unicode=True)
+PY
+  if (cd "$base/cwd" && "$SM" -s "$repo/Snakefile" registration -n --configfile "$base/badname$i.yaml" --cores 1 >"$base/badname$i.log" 2>&1); then
+    fail "resources.accounts[0].$key=$val accepted"
+  fi
+  grep -qF "resources.accounts[0].$key" "$base/badname$i.log" || { tail -n 5 "$base/badname$i.log" >&2; fail "refusal of $key=$val does not name the key"; }
+done
+rm -f "$base"/badname*
+say "bad SLURM account/partition names refused, naming the key"
 snap >"$base/before.txt"
 
 # 1. dry run with the shell lines printed, then the real run (cwd outside the project).

@@ -14,7 +14,10 @@
 #      production acquisition with 4 x 4 binning, on which BaSiC identifies the profiles) with more
 #      cycles (7) than the 5 GPU slots (bin/kintsugi-synth);
 #   2. writes a test config: the two test accounts, device cpu (CI has no GPU; every GPU job still
-#      requests --gres=gpu:1 on the fake GPUs), small job memory;
+#      requests --gres=gpu:1 on the fake GPUs), small job memory, "Blank" in cycles 1 and 2 (the
+#      original's blank channels; renamed Blank_1a/Blank_2a by the duplicate rule); or, with
+#      E2E_CONFIG_FROM=init, the config bin/kintsugi-config init writes from the project's meta/ and
+#      sacctmgr, used unchanged;
 #   3. kintsugi-assign against the real SLURM: `discover` lists acct_a 3 and acct_b 2 from sacctmgr;
 #      with GPU jobs held in the queue, `--live` (squeue) and `live: true` in the workflow fill the
 #      free GPUs first and keep jobs = 5;
@@ -43,6 +46,8 @@
 #                        is emptied first and kept afterwards (.ci/run prints its logs)
 #      E2E_CYCLES        cycles to synthesise (default 7: more than the 5 GPU slots)
 #      E2E_KEEP=1        keep the work directory after success too
+#      E2E_SNAKEMAKE     the snakemake to run (default: snakemake on PATH; e.g. /opt/kintsugi-sm/9.25.2/bin/snakemake)
+#      E2E_CONFIG_FROM   synth (default) or init (see 2.)
 set -euo pipefail
 
 # ---- tolerances and settings ------------------------------------------------------------------
@@ -89,6 +94,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 PY=/usr/bin/python3                   # Debian's python3 with tifffile (not a pyenv shim on PATH)
 SM=${E2E_SNAKEMAKE:-snakemake}        # the Snakemake to test: Debian's 7.21, or a 9.x venv's bin/snakemake
+CONFIG_FROM=${E2E_CONFIG_FROM:-synth} # synth: the synthetic project's config + test settings; init: kintsugi-config init
 export USER=$(id -un) # Snakemake 7.21 checks accounts for $USER; sbatch uses the real user
 limits=$(echo "$ACCOUNTS" | tr : =)
 t0=$(date +%s)
@@ -137,11 +143,25 @@ $PY -m unittest -q tests/e2e/test_slurm_check.py 2>"$work/test_slurm_check.log" 
 say "slurm_check.py unit tests passed"
 
 # ---- 1. synthetic project ----------------------------------------------------------------------------
-bin/kintsugi-synth --preset example --ncycles "$CYCLES" --out "$proj" >"$work/synth.log" 2>&1 ||
+bin/kintsugi-synth --preset example --ncycles "$CYCLES" --out "$proj" --meta >"$work/synth.log" 2>&1 ||
   { tail -n 20 "$work/synth.log" >&2; fail "kintsugi-synth"; }
 say "synthesised $CYCLES cycles in $proj"
 
 # ---- 2. test config ---------------------------------------------------------------------------------------
+if [ "$CONFIG_FROM" = init ]; then
+  # The project's own config as a lab would make it: bin/kintsugi-config init from meta/experiment.json
+  # (CODEX form), meta/CHANNELNAMES.txt and data/raw/, accounts from sacctmgr; used unchanged.
+  res_flags=()
+  for stage in stitch decon edf registration qc; do
+    m=$MEM_JOB; [ "$stage" = registration ] && m=$MEM_REGISTRATION
+    res_flags+=(--resource "mem_$stage=$m" --resource "time_$stage=$TIME_JOB" --resource "cpus_$stage=$CPUS_JOB")
+  done
+  res_flags+=(--resource "mem_qc_registration=$MEM_JOB" --resource "time_qc_registration=$TIME_JOB")
+  bin/kintsugi-config init --project "$proj" --out "$cfg" --accounts-from-slurm --partition-gpu "$GPU_PARTITION" \
+    --partition-cpu "$CPU_PARTITION" --device cpu --kintsugi-dir "$repo" "${res_flags[@]}" --log-format text \
+    >"$work/config_init.log" 2>&1 || { cat "$work/config_init.log" >&2; fail "kintsugi-config init --project $proj"; }
+  say "config written by kintsugi-config init (used unchanged): $(grep -c . "$cfg") lines"
+else
 $PY - "$proj/config.yaml" "$cfg" "$repo" "$ACCOUNTS" "$GPU_PARTITION" "$CPU_PARTITION" \
   "$MEM_JOB" "$MEM_REGISTRATION" "$TIME_JOB" "$CPUS_JOB" <<'PY'
 import sys, yaml
@@ -163,8 +183,14 @@ for stage in ("stitch", "decon", "edf", "registration", "qc"):
     res[f"time_{stage}"] = int(time_)
     res[f"cpus_{stage}"] = int(cpus)
 res["mem_qc_registration"], res["time_qc_registration"] = int(mem), int(time_)
+# The original's blank channels: "Blank" in cycles 1 and 2 (kintsugi-config's duplicate rule renames
+# them Blank_1a, Blank_2a; every output and validate follow the Go names).
+cfg["channel_names"][1][1] = cfg["channel_names"][2][1] = "Blank"
 yaml.safe_dump(cfg, open(dst, "w"), sort_keys=False)
 PY
+fi
+bin/kintsugi-config check --log-level warn "$cfg" >"$work/names.json" || fail "kintsugi-config check $cfg"
+say "EDF names (kintsugi-config check): $($PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["edf_files"], "renamed", [(r["cycle"], r["from"], r["to"]) for r in d["renamed"]])' "$work/names.json")"
 bin/kintsugi-assign --config "$cfg" --log-level warn >"$work/assign.json" || fail "kintsugi-assign --config $cfg"
 jobs=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"])' "$work/assign.json")
 say "config $cfg; assignment: $($PY -c 'import json,sys; a=json.load(open(sys.argv[1]));print({c: v["account"] for c, v in a["cycles"].items()}, "registration", a["registration"]["account"], "qc", a["cpu"], "jobs", a["jobs"])' "$work/assign.json")"
@@ -258,16 +284,15 @@ n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_registrat
 [ "$n_sub" = $((3 * CYCLES + 1)) ] || fail "registration run submitted $n_sub SLURM jobs, want $((3 * CYCLES + 1))"
 
 # ---- 7. outputs: files, shapes, content ------------------------------------------------------------------------
-$PY - "$proj" "$cfg" "$MIN_NONZERO_FRACTION" "$MIN_STD_COUNTS" "$SHAPE_TOL_PX" "$REG_NCC_GAIN_MIN" <<'PY' || fail "output checks"
+$PY - "$proj" "$cfg" "$MIN_NONZERO_FRACTION" "$MIN_STD_COUNTS" "$SHAPE_TOL_PX" "$REG_NCC_GAIN_MIN" "$work/names.json" <<'PY' || fail "output checks"
 import csv, glob, json, os, re, sys
 import numpy as np, tifffile, yaml
 proj, cfgp = sys.argv[1], sys.argv[2]
 min_nz, min_std, shape_tol, gain_min = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
 cfg = yaml.safe_load(open(cfgp))
-names = cfg.get("channel_names") or {}
+edf_files = json.load(open(sys.argv[7]))["edf_files"]   # the Go names (kintsugi-config check), duplicates renamed
 def edf_name(c, ch):
-    n = (names.get(c) or names.get(str(c)) or [])
-    return (n[ch - 1].replace("/", "_").replace(" ", "_") if ch <= len(n) and n[ch - 1] else f"CH{ch}_edf") + ".tif"
+    return edf_files[str(c)][ch - 1]
 raw_root = os.path.join(proj, "data", "raw")
 P = os.path.join(proj, "data", "processed")
 fails, counts = [], {"stitched": 0, "deconvolved": 0, "edf": 0, "registered": 0}
@@ -474,7 +499,7 @@ import json, sys
 a = json.load(open(sys.argv[1]))
 cpu, reg = a["cpu"], a["registration"]
 json.dump([{"rule": r, "account": cpu["account"], "partition": cpu["partition"], "gpus": 0}
-           for r in ("qc_stitch", "qc_decon", "qc_edf", "qc_registration")]
+           for r in ("qc_stitch", "qc_decon", "qc_edf", "qc_registration", "qc_report")]
           + [{"rule": "registration", "account": reg["account"], "partition": reg["partition"], "gpus": 1}],
           open(sys.argv[2], "w"), indent=1)
 PY
@@ -483,7 +508,7 @@ $PY tests/e2e/slurm_check.py --log "$work/snakemake_all.log" --limits "$limits" 
   { cat "$work/slurm_check_all.log"; fail "SLURM accounting checks (all run: QC jobs without GPU, beside registration)"; }
 grep '^slurm_check' "$work/slurm_check_all.log"
 n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_all.log")
-[ "$n_sub" = 6 ] || fail "all --forcerun registration submitted $n_sub SLURM jobs, want registration twice (the retry) + the 4 QC jobs"
+[ "$n_sub" = 7 ] || fail "all --forcerun registration submitted $n_sub SLURM jobs, want registration twice (the retry) + the 4 QC jobs + qc_report"
 reglog=$proj/slurm/logs/snakemake/registration.log
 $PY - "$reglog" "$mem_low" <<'PY' || fail "registration log: attempts and memory"
 import re, sys

@@ -104,6 +104,15 @@ class ParseTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             parse("Job 5 has been submitted with SLURM jobid 9 (log: x).\n")
 
+    def test_plugin_2_6_submission_lines(self):
+        # plugin >= 2.6: no rule blocks; the rule and the wildcard values come from the log path.
+        sub, run_id = parse(f"SLURM run ID: {RUN_ID}\n"
+                            "Job 3 has been submitted with SLURM jobid 51 (log: /r/.snakemake/slurm_logs/rule_edf/04/51.log).\n"
+                            "Job 0 has been submitted with SLURM jobid 52 (log: /r/.snakemake/slurm_logs/rule_registration/52.log).\n")
+        self.assertEqual([(j["rule"], j["wildcards"], j["slurm_jobid"]) for j in sub],
+                         [("edf", {"#0": "04"}, "51"), ("registration", {}, "52")])
+        self.assertEqual(sc.expected_names(sub[0], run_id), (RUN_ID, "rule_edf_wildcards_04"))
+
 
 class CheckTest(unittest.TestCase):
     def test_plugin_names_and_expectations(self):
@@ -168,6 +177,84 @@ class CheckTest(unittest.TestCase):
         t = lambda s: T0 + dt.timedelta(seconds=s)  # noqa: E731
         self.assertEqual(sc.max_concurrent([(t(0), t(10)), (t(10), t(20)), (t(5), t(15))]), 2)
         self.assertEqual(sc.max_concurrent([]), 0)
+
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+
+
+class RecordedLogTest(unittest.TestCase):
+    """Logs recorded from real `snakemake registration` runs of tests/e2e/run.sh (7 cycles) on the local
+    SLURM: Debian's Snakemake 7.21, and Snakemake 9.25.2 with snakemake-executor-plugin-slurm 2.7.1
+    (no rule blocks: rule and wildcards from the submission lines' log paths)."""
+
+    def check_registration_run(self, name, want_run_id):
+        path = os.path.join(TESTDATA, name)
+        self.assertTrue(os.path.isfile(path), f"{path} missing")
+        sub, run_id = sc.parse_log(path)
+        self.assertEqual(run_id is not None, want_run_id)
+        got = sorted((j["rule"], int(next(iter(j["wildcards"].values()), 0))) for j in sub)
+        want = sorted([(r, c) for r in ("stitch", "deconvolve", "edf") for c in range(1, 8)] + [("registration", 0)])
+        self.assertEqual(got, want)
+        self.assertEqual(len({j["slurm_jobid"] for j in sub}), 22)
+        return sub, run_id
+
+    def test_snakemake_7_21(self):
+        sub, run_id = self.check_registration_run("snakemake-7.21-registration.log", False)
+        self.assertTrue(all(sc.expected_names(j, run_id)[0] == f"snakejob_{j['rule']}_{j['smk_jobid']}" for j in sub))
+
+    def test_snakemake_9_25_2_plugin_2_7_1(self):
+        sub, run_id = self.check_registration_run("snakemake-9.25.2-registration.log", True)
+        j = next(j for j in sub if j["rule"] == "edf")
+        self.assertEqual(sc.expected_names(j, run_id), (run_id, "rule_edf_wildcards_" + j["wildcards"]["#0"]))
+        self.assertEqual(sc.wildcard_of(j["wildcards"], "cycle", 0), j["wildcards"]["#0"])
+
+
+
+class WorkConservingTest(unittest.TestCase):
+    def jobs(self, n):
+        return [{"rule": "stitch", "smk_jobid": str(i), "wildcards": {"cycle": f"0{i}"}, "slurm_jobid": str(i)} for i in range(1, n + 1)]
+
+    def test_pending_while_another_account_idles(self):
+        # acct_a (1 slot) has job 2 pending on AssocGrpGRES 1..20 while acct_b (1 slot) ran nothing
+        # after t=10: a free slot idled while work waited.
+        sub = self.jobs(3)
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 20),
+                "2": row("2", "snakejob_stitch_2", "acct_a", "gpu", 1, 1, 20, 40, reason="AssocGrpGRES"),
+                "3": row("3", "snakejob_stitch_3", "acct_b", "gpu", 1, 0, 1, 10)}
+        limits = {"acct_a": 1, "acct_b": 1}
+        fails, _, _ = sc.check(sub, None, rows, limits)
+        self.assertEqual(fails, [], "without --per-account-in-flight the old checks hold")
+        fails, _, _ = sc.check(sub, None, rows, limits, per_account_in_flight=True)
+        self.assertEqual(len(fails), 2, fails)
+        self.assertTrue(any("account acct_a: 2 GPU jobs in flight at once" in f for f in fails), fails)
+        self.assertTrue(any("SLURM job 2 (acct_a) pended on AssocGrpGRES" in f and "acct_b had 0 of 1" in f for f in fails), fails)
+        # acct_b busy for the whole wait: no idle slot; job 2 submitted when job 1 ended.
+        rows["3"]["end"] = T0 + dt.timedelta(seconds=25)
+        rows["2"]["submit"] = rows["1"]["end"]
+        fails, _, _ = sc.check(sub, None, rows, limits, per_account_in_flight=True)
+        self.assertEqual(fails, [], "acct_b busy while job 2 waited, and acct_a never over its slot")
+
+    def test_running_peak_and_makespan(self):
+        sub = self.jobs(2)
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 20),
+                "2": row("2", "snakejob_stitch_2", "acct_b", "gpu", 1, 0, 20, 40)}
+        fails, report, _ = sc.check(sub, None, rows, {"acct_a": 1, "acct_b": 1}, require_running_peak=2)
+        self.assertEqual(fails, ["GPUs running at once peaked at 1, want 2 (every slot busy at some time)"])
+        self.assertTrue(any("makespan 40 s" in l for l in report), report)
+
+    def test_retried(self):
+        sub = self.jobs(1) + [{"rule": "stitch", "smk_jobid": "1", "wildcards": {"cycle": "01"}, "slurm_jobid": "9"}]
+        rows = {"1": row("1", "snakejob_stitch_1", "acct_a", "gpu", 1, 0, 1, 2, state="FAILED"),
+                "9": row("9", "snakejob_stitch_1", "acct_a", "gpu", 1, 3, 4, 20)}
+        expect = [{"rule": "stitch", "wildcards": {"cycle": 1}, "account": "acct_a", "gpus": 1}]
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1}, expect, retried=["stitch"])
+        self.assertEqual(fails, [])
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1}, expect)
+        self.assertTrue(any("state FAILED" in f for f in fails) and any("2 SLURM jobs, want exactly 1" in f for f in fails), fails)
+        rows["1"]["State"] = "COMPLETED"
+        fails, _, _ = sc.check(sub, None, rows, {"acct_a": 1}, expect, retried=["stitch"])
+        self.assertTrue(any("want [FAILED, COMPLETED]" in f for f in fails), fails)
+        fails, _, _ = sc.check(sub[:1], None, rows, {"acct_a": 1}, expect, retried=["registration"])
+        self.assertEqual(fails, ["--retried registration: no job of that rule was submitted"])
 
 
 if __name__ == "__main__":
