@@ -99,13 +99,16 @@ func WriteConfig(path string, o Options, extra map[string]any) error {
 		{"basic_reweight_tolerance", 1e-3},
 		{"basic_darkfield", true},
 		{"resources", map[string]any{
-			// The one-node test cluster of slurm-local.md: partitions gpu and cpu, account clive.
+			// The one-node test cluster of scripts/slurm-up.sh: partitions gpu and cpu, account
+			// acct_a. Memory: the Snakefile's measured defaults (MB; README memory table), not the
+			// original's 48000, which a small machine cannot give.
 			"accounts": []map[string]any{{
-				"name": "clive", "gpu_slots": 1, "cpu_slots": 2, "partition_gpu": "gpu", "partition_cpu": "cpu",
+				"name": "acct_a", "gpu_slots": 1, "cpu_slots": 2, "partition_gpu": "gpu", "partition_cpu": "cpu",
 			}},
 			"total_gpu_slots": 1, "total_cpu_slots": 2, "total_slots": 3,
-			"mem_stitch": 48000, "time_stitch": 240, "cpus_stitch": 4,
-			"cpu_mem_stitch": 48000, "cpu_cpus_per_task": 8, "cpu_time_multiplier": 5,
+			"mem_stitch": 8000, "time_stitch": 240, "cpus_stitch": 4,
+			"mem_decon": 6144, "mem_edf": 4096, "mem_registration": 4096,
+			"cpu_mem_stitch": 8000, "cpu_cpus_per_task": 8, "cpu_time_multiplier": 5,
 		}},
 	}
 	seen := map[string]bool{}
