@@ -679,7 +679,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds = time.Since(start).Seconds()
-	if err := os.WriteFile(filepath.Join(stage.Path, "DECONV_parameters.txt"), []byte(ParametersText(cfg, o, res)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(stage.Path, "DECONV_parameters.txt"), []byte(ParametersText(cfg, o, res)), 0o666); err != nil {
 		return nil, err
 	}
 	chs := make([]string, len(res.Channels))

@@ -65,7 +65,7 @@ const (
 )
 
 const (
-	filePerm   = 0o644
+	filePerm   = 0o666
 	bufferSize = 4 << 20
 )
 

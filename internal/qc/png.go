@@ -151,5 +151,5 @@ func writePNG(path string, img image.Image) error {
 	if err := png.Encode(&b, img); err != nil {
 		return err
 	}
-	return atomicfile.WriteBytes(path, b.Bytes(), 0o644)
+	return atomicfile.WriteBytes(path, b.Bytes(), 0o666)
 }

@@ -616,5 +616,5 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteBytes(path, append(b, '\n'), 0o644)
+	return atomicfile.WriteBytes(path, append(b, '\n'), 0o666)
 }

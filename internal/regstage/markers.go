@@ -116,7 +116,7 @@ func MarkersCSV(list []Marker) []byte {
 }
 
 func writeMarkers(path string, list []Marker) error {
-	if err := atomicfile.WriteBytes(path, MarkersCSV(list), 0o644); err != nil {
+	if err := atomicfile.WriteBytes(path, MarkersCSV(list), 0o666); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

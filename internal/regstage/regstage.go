@@ -653,7 +653,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteBytes(path, append(b, '\n'), 0o644)
+	return atomicfile.WriteBytes(path, append(b, '\n'), 0o666)
 }
 
 func copyFile(src, dst string) error {
@@ -665,7 +665,7 @@ func copyFile(src, dst string) error {
 		return staging.Inputf("%w", err)
 	}
 	defer in.Close()
-	return atomicfile.Write(dst, 0o644, func(w io.Writer) error {
+	return atomicfile.Write(dst, 0o666, func(w io.Writer) error {
 		_, err := io.Copy(w, in)
 		return err
 	})
@@ -701,7 +701,7 @@ func writeOverlay(path string, ref, cyc *raster.Float32) error {
 			img.SetRGBA(x, y, color.RGBA{R: a, G: b, B: a, A: 255})
 		}
 	}
-	return atomicfile.Write(path, 0o644, func(wr io.Writer) error { return png.Encode(wr, img) })
+	return atomicfile.Write(path, 0o666, func(wr io.Writer) error { return png.Encode(wr, img) })
 }
 
 func scaleOf(f *raster.Float32) float64 {

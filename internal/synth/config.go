@@ -148,7 +148,7 @@ func WriteConfig(path string, o Options, extra map[string]any) error {
 	if err := enc.Close(); err != nil {
 		return fmt.Errorf("config: encode: %w", err)
 	}
-	return atomicfile.WriteBytes(path, b.Bytes(), 0o644)
+	return atomicfile.WriteBytes(path, b.Bytes(), 0o666)
 }
 
 // yaml11Floats rewrites floats like 1e-06 as 1.0e-06: YAML 1.1 readers

@@ -43,7 +43,7 @@ func Generate(ctx context.Context, o Options) error {
 		"blur_px_per_plane", m.blurPer, "seconds", time.Since(t0).Seconds())
 
 	gt := GroundTruthDir(o.OutDir)
-	if err := os.MkdirAll(gt, 0o755); err != nil {
+	if err := os.MkdirAll(gt, 0o777); err != nil {
 		return fmt.Errorf("create ground truth dir: %w", err)
 	}
 	truth := buildTruth(o, m)
@@ -68,16 +68,16 @@ func Generate(ctx context.Context, o Options) error {
 	}
 	for _, ct := range truth.Cycles {
 		dir := filepath.Join(gt, fmt.Sprintf("cyc%02d", ct.Cycle))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return fmt.Errorf("create ground truth dir: %w", err)
 		}
-		if err := atomicfile.WriteBytes(filepath.Join(gt, ct.PositionsFile), positionsCSV(ct.Tiles), 0o644); err != nil {
+		if err := atomicfile.WriteBytes(filepath.Join(gt, ct.PositionsFile), positionsCSV(ct.Tiles), 0o666); err != nil {
 			return err
 		}
 	}
 
 	for _, cyc := range o.cycleList() {
-		if err := os.MkdirAll(RawDir(o.OutDir, cyc), 0o755); err != nil {
+		if err := os.MkdirAll(RawDir(o.OutDir, cyc), 0o777); err != nil {
 			return fmt.Errorf("create raw dir: %w", err)
 		}
 		for _, ch := range o.channelList() {

@@ -66,10 +66,10 @@ func WriteMeta(o Options) error {
 		return fmt.Errorf("experiment.json: %w", err)
 	}
 	dir := MetaDir(o.OutDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}
-	if err := atomicfile.WriteBytes(filepath.Join(dir, "experiment.json"), buf.Bytes(), 0o644); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(dir, "experiment.json"), buf.Bytes(), 0o666); err != nil {
 		return err
 	}
 	var names strings.Builder
@@ -78,5 +78,5 @@ func WriteMeta(o Options) error {
 			names.WriteString(o.ChannelName(cy, ch) + "\n")
 		}
 	}
-	return atomicfile.WriteBytes(filepath.Join(dir, "CHANNELNAMES.txt"), []byte(names.String()), 0o644)
+	return atomicfile.WriteBytes(filepath.Join(dir, "CHANNELNAMES.txt"), []byte(names.String()), 0o666)
 }

@@ -195,7 +195,7 @@ func WriteTruth(path string, t *Truth) error {
 	if err != nil {
 		return fmt.Errorf("encode truth: %w", err)
 	}
-	return atomicfile.WriteBytes(path, append(b, '\n'), 0o644)
+	return atomicfile.WriteBytes(path, append(b, '\n'), 0o666)
 }
 
 // positionsCSV renders positions in the stitch stage's tile_positions.csv

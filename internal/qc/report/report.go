@@ -655,7 +655,7 @@ func overviewFigure(cfg *config.Config, stage string, cm qc.CycleMetrics, title 
 // Write renders the report into dir (qc_plots/): report.html and the PDFs,
 // each atomically. It returns the HTML's path and size in bytes.
 func Write(r *Report, dir string) (string, int, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return "", 0, fmt.Errorf("report directory %s: %w", dir, err)
 	}
 	html, err := r.HTML()
@@ -667,12 +667,12 @@ func Write(r *Report, dir string) (string, int, error) {
 		if err := plot.WritePDF(&b, s.Figures); err != nil {
 			return "", 0, fmt.Errorf("%s: %w", PDFNames[s.ID], err)
 		}
-		if err := atomicfile.WriteBytes(filepath.Join(dir, PDFNames[s.ID]), b.Bytes(), 0o644); err != nil {
+		if err := atomicfile.WriteBytes(filepath.Join(dir, PDFNames[s.ID]), b.Bytes(), 0o666); err != nil {
 			return "", 0, err
 		}
 	}
 	p := filepath.Join(dir, HTMLName)
-	if err := atomicfile.WriteBytes(p, html, 0o644); err != nil {
+	if err := atomicfile.WriteBytes(p, html, 0o666); err != nil {
 		return "", 0, err
 	}
 	return p, len(html), nil
