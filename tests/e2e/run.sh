@@ -286,6 +286,7 @@ n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_registrat
 # ---- 7. outputs: files, shapes, content ------------------------------------------------------------------------
 $PY - "$proj" "$cfg" "$MIN_NONZERO_FRACTION" "$MIN_STD_COUNTS" "$SHAPE_TOL_PX" "$REG_NCC_GAIN_MIN" "$work/names.json" <<'PY' || fail "output checks"
 import csv, glob, json, os, re, sys
+from xml.etree import ElementTree as ET
 import numpy as np, tifffile, yaml
 proj, cfgp = sys.argv[1], sys.argv[2]
 min_nz, min_std, shape_tol, gain_min = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
@@ -393,6 +394,25 @@ if os.path.isfile(os.path.join(reg, "registered.ome.tif")):
         n_planes = int(np.prod(s.shape[:-2]))
         if n_planes != len(cycles) * len(chs) or tuple(s.shape[-2:]) != ref_shape:
             fails.append(f"registered.ome.tif: series shape {s.shape}, want {len(cycles) * len(chs)} planes of {ref_shape}")
+        # channel order: cycle by cycle in config order, the OME-XML names and markers.csv the same
+        want = [edf_name(cyc, ch)[:-4] for cyc in cycles for ch in chs]
+        ome = ET.fromstring(tf.ome_metadata)
+        ns = {"o": ome.tag.split("}")[0].strip("{")}
+        got = [c.get("Name") for c in ome.find("o:Image/o:Pixels", ns).findall("o:Channel", ns)]
+        if got != want:
+            fails.append(f"registered.ome.tif channels {got}, want config order {want}")
+    mpath = os.path.join(reg, "markers.csv")
+    if not os.path.isfile(mpath):
+        fails.append(f"{mpath} missing")
+    else:
+        with open(mpath, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        mk = [r["marker_name"] for r in rows]
+        if mk != want or [int(r["channel_number"]) for r in rows] != list(range(1, len(want) + 1)):
+            fails.append(f"markers.csv markers {mk}, want {want} numbered 1..{len(want)}")
+        blanks = [r["marker_name"] for r in rows if r["marker_name"].lower().startswith("blank")]
+        if any(r["remove"] != "TRUE" for r in rows if r["marker_name"] in blanks):
+            fails.append("markers.csv: a blank channel is not marked remove=TRUE")
 else:
     fails.append(f"{reg}/registered.ome.tif missing")
 # registration improved every cycle's DAPI agreement with the reference (recomputed here)
