@@ -543,7 +543,7 @@ assert "resources.mem_registration" in part, "attempt 1 did not name resources.m
 print(f"e2e retry: registration log keeps 3 job records {got}; attempt 1 refused {low} MB naming resources.mem_registration")
 PY
 $PY - "$proj" "$CYCLES" <<'PY' || fail "QC outputs"
-import glob, json, os, struct, sys, zlib
+import glob, json, os, re, struct, sys, zlib
 import numpy as np, tifffile
 proj, n = sys.argv[1], int(sys.argv[2])
 qc = os.path.join(proj, "qc_plots")
@@ -606,7 +606,27 @@ for stage in ("stitch", "decon", "edf", "registration"):
                 fails.append(f"registration cycle {c}: {r}")
             if c != r["reference_cycle"] and not r.get("stage_metrics"):
                 fails.append(f"registration cycle {c}: the registration stage's metrics were not read")
-print(f"e2e QC: 4 reports, {pngs} PNGs decoded, metrics match tifffile")
+# The one-page report (rule qc_report, CPU partition): self-contained (every image a data URI, no
+# network reference), one section per stage; the original's PDF names beside it.
+rep = os.path.join(qc, "report.html")
+if not os.path.isfile(rep):
+    fails.append(f"{rep} missing")
+else:
+    html = open(rep, encoding="utf-8").read()
+    srcs = re.findall(r'<img[^>]*\ssrc="([^"]*)"', html)
+    if len(srcs) < 10 or any(not s.startswith("data:image/") for s in srcs):
+        fails.append(f"{rep}: {len(srcs)} images, not all embedded data URIs")
+    if re.search(r'(src|href)="(https?:)?//', html):
+        fails.append(f"{rep}: refers to the network")
+    for cyc in range(1, n + 1):
+        if f"cycle {cyc}" not in html.lower() and f"cyc{cyc:02d}" not in html:
+            fails.append(f"{rep}: cycle {cyc} not mentioned")
+for pdf in ("stitched_summary_heatmaps.pdf", "deconvolved_summary_heatmaps.pdf", "edf_summary_heatmaps.pdf",
+            "registration_qc_overlay_grid.pdf"):
+    pp = os.path.join(qc, pdf)
+    if not os.path.isfile(pp) or open(pp, "rb").read(5) != b"%PDF-":
+        fails.append(f"{pp}: missing or not a PDF")
+print(f"e2e QC: 4 reports, {pngs} PNGs decoded, metrics match tifffile; report.html and the original's 4 PDFs")
 for f in fails[:40]:
     print("FAIL:", f, file=sys.stderr)
 sys.exit(1 if fails else 0)
