@@ -103,14 +103,18 @@ leftovers() {
 # keys must match and its completed/duration lines are skipped)
 # keys must match and its completed/duration lines are skipped). A file that differs only in
 # ISO-8601 time stamps or UUIDs (decon's DECONV_parameters.txt says when it finished; the OME-XML of
-# registered.ome.tif has a random UUID) is listed at the end, not failed, unless KILL_RERUN_STRICT=1.
-# masked_equal a b: the files are equal once time stamps and UUIDs (OME-XML's urn:uuid) are masked
+# registered.ome.tif carries a UUID) is listed at the end, not failed, unless KILL_RERUN_STRICT=1.
+# masked_equal a b: the files are equal once time stamps, UUIDs (OME-XML's urn:uuid) and
+# DECONV_parameters.txt's elapsed time are masked
 masked_equal() {
   /usr/bin/python3 - "$1" "$2" <<'PY'
 import re, sys
 ts = rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9:]+)?"
 uuid = rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-a, b = (re.sub(uuid, b"<uuid>", re.sub(ts, b"<time>", open(p, "rb").read())) for p in sys.argv[1:3])
+# DECONV_parameters.txt's "elapsed time: 0:00:02" (the original's timedelta form) is a duration.
+el = rb"elapsed time: [^\n]*"
+a, b = (re.sub(el, b"elapsed time: <duration>", re.sub(uuid, b"<uuid>", re.sub(ts, b"<time>", open(p, "rb").read())))
+        for p in sys.argv[1:3])
 sys.exit(0 if a == b else 1)
 PY
 }
