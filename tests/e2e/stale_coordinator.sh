@@ -185,7 +185,13 @@ for c, (o, n) in {1: (o1, n1), 2: (o2, n2)}.items():
         waited_cycles += 1
     else:
         # it pended (account limit) until the orphan ended; Snakemake inside the job found the output complete
-        assert sn[3] >= so[4], f"cycle {c}: new job {n} ran from {sn[3]} (orphan ended {so[4]}) but left no record"
+        # (its command never ran). Snakemake starts up inside the allocation for a few seconds before it
+        # looks at the outputs, so the job may start up to STARTUP_S before the orphan's output was
+        # complete (the sentinel's completed=), not only after the orphan's SLURM End.
+        STARTUP_S = 10
+        start = datetime.datetime.fromisoformat(sn[3]).astimezone()
+        assert start >= done - datetime.timedelta(seconds=STARTUP_S), (
+            f"cycle {c}: new job {n} ran from {sn[3]}, {STARTUP_S} s or more before the orphan's output was complete ({done}), but left no record")
         how = "started after it ended (pended), found the output complete and ran nothing"
     print(f"stale: cycle {c}: orphan {o} {so[3]}..{so[4]} COMPLETED; new job {n} {sn[3]}..{sn[4]} COMPLETED, {how}; records in {os.path.basename(logdir)}/decon_cyc{c:02d}.log")
 assert waited_cycles >= 1, "no new job met its orphan running: the wait was not exercised (raise STALE_DECON_ITER)"
