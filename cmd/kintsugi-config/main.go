@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 )
 
 func main() { cliutil.Main(newApp()) }
@@ -69,7 +70,7 @@ func check(c *cli.Context) error {
 			return cliutil.Usagef("check --raw: no files given")
 		}
 		for _, f := range files {
-			if err := checkRaw(f); err != nil {
+			if err := config.CheckRaw(f); err != nil {
 				return cliutil.AsUsage(err)
 			}
 			lg.Info("raw syntax ok", "file", f)
