@@ -56,11 +56,17 @@ cfg=$work/config.yaml
 processed=$proj/data/processed
 logdir=$proj/slurm/logs/snakemake
 coordinator=""
+# The EXIT trap must keep the script's exit status: it runs after the final `rm -rf "$work"` too,
+# where the job-ID scan below finds no logs (under set -e and pipefail a failed scan here once
+# turned a PASS into exit 1).
 cleanup() {
-  [ -z "$coordinator" ] || kill -9 "$coordinator" 2>/dev/null || true
+  local rc=$?
+  set +e
+  [ -z "$coordinator" ] || kill -9 "$coordinator" 2>/dev/null
   # Cancel whatever this test left in the queue (its jobs run under its project's config).
   ids=$(cat "$work"/sm*.log 2>/dev/null | sed -n 's/.*has been submitted with SLURM jobid \([0-9][0-9]*\).*/\1/p' | sort -u | tr '\n' ' ')
-  for j in $ids; do [ -z "$(squeue -h -j "$j" 2>/dev/null)" ] || scancel "$j" 2>/dev/null || true; done
+  for j in $ids; do [ -z "$(squeue -h -j "$j" 2>/dev/null)" ] || scancel "$j" 2>/dev/null; done
+  exit "$rc"
 }
 trap cleanup EXIT
 
