@@ -221,7 +221,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 	if st.RawMax, err = deconHostMax(in); err != nil {
 		return nil, nil, st, err
 	}
-	d := &deconStream{e: e, k: k, p: p, pl: pl, g: g, pn: pl.pn, bn: pl.bn, ph: g.PH, pw: g.PW, biggs: p.Biggs()}
+	d := &deconStream{deconCommon: newDeconCommon(e, k, p, pl)}
 	defer d.freeHost()
 	d.pinHost()
 	phase("pin")
@@ -230,7 +230,6 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 
 	ar := devArena{e: e}
 	defer ar.free()
-	d.wins = decon.PlanWindows(d.ph, pl.rows, pl.halo)
 	st.Chunks = len(d.wins)
 	if err := d.allocate(&ar); err != nil {
 		return nil, nil, st, err
@@ -283,28 +282,18 @@ func deconHostMax(in *raster.Stack) (float64, error) {
 	return rawMax, nil
 }
 
-// deconStream is the state of one streamed deconvolution (deconStreamed).
-// Host arrays are (pn, ph, pw) float32, row-major (x fastest).
+// deconStream is the state of one streamed deconvolution (deconStreamed):
+// the iterates in pinned host memory (host arrays are padded (pn, ph, pw)
+// float32 like the device's), two buffer sets of the tallest window.
 type deconStream struct {
-	e              *Engine
-	k              *psf.Kernel
-	p              decon.Params
-	pl             deconPlan
-	g              decon.Geometry
-	pn, bn, ph, pw int // planes computed, padding planes before them, padded rows and width
-	biggs          bool
-
+	deconCommon
 	host    []unsafe.Pointer // every pinned array (freeHost frees them)
 	hobs    unsafe.Pointer   // the padded observation
 	iters   []unsafe.Pointer // the iterate arrays: 2 (RL) or 3 (Biggs-Andrews)
 	hg, hgp unsafe.Pointer   // G and G_prev (Biggs-Andrews)
 
-	wins         []decon.Window
-	sets         [2]deconSet
-	cvs          *deconConvs
-	R            *psf.Kernel  // the damping kernel
-	rd, wd, sums cu.DevicePtr // R, the plane weights (float64) and the 3 float64 sums
-	up, down     cu.Stream    // the copy streams (in, out)
+	sets     [2]deconSet
+	up, down cu.Stream // the copy streams (in, out)
 }
 
 // pinHost allocates the pinned host arrays: obs, three iterates (two for
@@ -358,25 +347,15 @@ func (d *deconStream) pad(in *raster.Stack) {
 	})
 }
 
-// allocate uploads the PSF (and its flip), the damping kernel and the plane
-// weights, and allocates the sums, the two slab buffer sets for the tallest
-// window and, on the FFT path, the FFT buffers.
+// allocate uploads the constants and allocates the two slab buffer sets
+// for the tallest window and the convolutions.
 func (d *deconStream) allocate(ar *devArena) error {
-	e, k, pn, pw := d.e, d.k, d.pn, d.pw
+	pn, pw := d.pn, d.pw
 	maxWH := 0
 	for _, wn := range d.wins {
 		maxWH = max(maxWH, wn.Hi-wn.Lo)
 	}
-	kd := ar.bytes(int64(len(k.Data)) * 4)
-	put(e, kd, k.Data)
-	kfd := ar.bytes(int64(len(k.Data)) * 4)
-	put(e, kfd, k.Flipped().Data)
-	d.R = decon.DampingKernel()
-	d.rd = ar.bytes(27 * 4)
-	put(e, d.rd, d.R.Data)
-	d.wd = ar.bytes(int64(len(d.pl.w)) * 8)
-	put(e, d.wd, d.pl.w)
-	d.sums = ar.bytes(3 * 8)
+	d.uploadConsts(ar)
 	lmB := int64(pn) * int64(maxWH) * int64(pw) * 4
 	for i := range d.sets {
 		s := &d.sets[i]
@@ -386,15 +365,7 @@ func (d *deconStream) allocate(ar *devArena) error {
 			s.gc, s.gp = ar.bytes(lmB), ar.bytes(lmB)
 		}
 	}
-	d.cvs = &deconConvs{e: e, k: k, kd: kd, kfd: kfd}
-	if d.pl.fft {
-		f, err := e.newDeconFFT(ar, pn, maxWH, pw, k, kd, kfd)
-		if err != nil {
-			return err
-		}
-		d.cvs.fft = f
-	}
-	return nil
+	return d.makeConvs(ar, maxWH)
 }
 
 // startStreams creates the copy streams and each set's events, recorded
