@@ -28,7 +28,8 @@ import (
 // the CPU, with different summation orders in the reductions (block sums,
 // DCT by matrix products instead of FFTPACK), so results agree to rounding,
 // amplified only near the discrete decisions of the algorithm (stop test,
-// darkfield masks). gpu_test.go states the tolerance it holds.
+// darkfield masks). TestBaSiCMatchesCPU (basic_test.go) states the
+// tolerances it holds.
 type BaSiC struct {
 	e *Engine
 	// maxBatch bounds the fits advanced together (0: defaultFitBatch).
