@@ -450,7 +450,7 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 	peakErr := membudget.ResetPeak()
 	fmt.Printf("decon stage: host memory budget %s (%s); resident with the engine open %s\n", membudget.Format(budget), src, membudget.Format(rssOpen))
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	res, err := deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: 1, Engine: deconstage.NewGPUEngine(eng), Workers: f.workers,
+	res, err := deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers,
 		Logger: lg, MemBudget: budget, MemBudgetSource: src})
 	if err != nil {
 		return fmt.Errorf("decon stage: %w", err)

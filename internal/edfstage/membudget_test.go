@@ -221,7 +221,10 @@ type memStreamer struct {
 	opened int
 }
 
-func (m *memStreamer) newStream(_ context.Context, n, h, w int) (stream, error) {
+// EngineMemory reports what the CUDA engine does: memStreamer stands for it.
+func (*memStreamer) EngineMemory() membudget.EngineMemory { return membudget.CUDAEngine }
+
+func (m *memStreamer) EDFDeviceStack(_ context.Context, n, h, w int) (edf.DeviceStack, error) {
 	m.opened++
 	return &memStream{cpu: m.CPU, planes: make([]*raster.Gray16, n)}, nil
 }

@@ -18,7 +18,7 @@ import (
 // stack is fused. readS is the reading and uploading time, seconds.
 func fuseStreamed(ctx context.Context, st streamer, files []string, h, w, readers int, g edf.Gate, p edf.Params,
 	collect func()) (r *edf.Result, readS float64, err error) {
-	s, err := st.newStream(ctx, len(files), h, w)
+	s, err := st.EDFDeviceStack(ctx, len(files), h, w)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -24,6 +24,12 @@ import (
 // models (membudget.CUDAEngine: data on the device).
 func (*Engine) EngineMemory() membudget.EngineMemory { return membudget.CUDAEngine }
 
+// Deconvolve implements decon.Deconvolver (Deconvolver's), so that the
+// engine is a deconstage.Engine as it is.
+func (e *Engine) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params) (*raster.Stack, decon.Stats, error) {
+	return e.Deconvolver().Deconvolve(ctx, in, k, p)
+}
+
 // deconStack is a DevStack as a decon.DeviceStack.
 type deconStack struct {
 	e *Engine

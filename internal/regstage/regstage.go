@@ -105,14 +105,14 @@ func OutDir(project string) string {
 
 // Options configure Run.
 type Options struct {
-	Config  *config.Config
+	Config *config.Config
+	// Backend registers and warps on one device (register.CPU, or the
+	// CUDA engine's Registrar); what it reports of its memory
+	// (membudget.MemoryReporter) picks the memory model and the sentinel's
+	// device ("gpu" for data on the device, else "cpu").
 	Backend register.Backend
 	Workers int
 	Logger  *slog.Logger
-	// Device names the device for the sentinel and logs ("gpu" or "cpu");
-	// "gpu" with a backend other than register.CPU also picks the GPU's
-	// memory model.
-	Device string
 	// MemBudget is the host memory (resident set, bytes) the stage may use
 	// (cliutil.MemBudget: --mem-budget, SLURM, cgroup, physical memory):
 	// the read-ahead and write-behind are sized from it, and a budget below
@@ -288,7 +288,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, ci := range cycles {
 		geom.Channels = max(geom.Channels, len(ci.files))
 	}
-	mm := newMemModel(o.Backend, o.Device, geom, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	mm := newMemModel(o.Backend, geom, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
 	plan, err := mm.choose()
 	if err != nil {
 		return nil, err
@@ -341,7 +341,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Seconds = time.Since(t0).Seconds()
 	if err := staging.WriteSentinel(filepath.Join(d.Path, ".snakemake_complete"), [][2]string{
 		{"stage", "registration"}, {"cycles", strings.Join(names, ",")}, {"reference_cycle", strconv.Itoa(res.Reference)},
-		{"method", method}, {"device", o.Device}, {"backend", o.Backend.Name()}, {"size", fmt.Sprintf("%dx%d", w, h)},
+		{"method", method}, {"device", deviceName(o.Backend)}, {"backend", o.Backend.Name()}, {"size", fmt.Sprintf("%dx%d", w, h)},
 		{"seconds", fmt.Sprintf("%.1f", res.Seconds)},
 	}); err != nil {
 		return nil, err

@@ -28,7 +28,7 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 }
 
 // engine decides the workers and opens the device's Fuser; release frees it.
-func engine(o opts) (f edf.Fuser, workers int, release func(), err error) {
+func engine(o opts) (f edf.Fuser, workers int, release func() error, err error) {
 	n, dev, err := o.Resolve()
 	if err != nil {
 		return nil, 0, nil, err
