@@ -15,6 +15,23 @@
 // plane, no stitch sentinel, missing or non-physical optics keys, an
 // all-zero channel) is an error wrapping ErrInput that names the file or
 // key, found before anything is written.
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: Engine, with Gray16Engine and PlaneEngine (the
+// device-buffer form: decon.DeviceStack, planes.go) found by assertion;
+// CPUEngine the reference; memory.go (cpuEngineMemory, newMemModel,
+// choose); Run in steps (newCycleRun, planMemory, channel, runStack,
+// finish).
 package deconstage
 
 import (

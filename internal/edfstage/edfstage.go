@@ -22,6 +22,23 @@
 // host holds a few planes, not a channel; the CPU reference holds one or two
 // channel stacks. A budget below the smallest working set is a
 // *membudget.NeedError naming resources.mem_edf (exit 2), before any output.
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: edf.Fuser as the engine, with Streamer (the
+// device-buffer form: edf.DeviceStack, pipeline.go) found by assertion;
+// edf.CPU the reference; memory.go (cpuEngineMemory, newMemModel, choose);
+// Run in steps (newCycleRun, planMemory, fuseAllStreamed or fuseStacked,
+// done).
 package edfstage
 
 import (
@@ -337,7 +354,7 @@ func (r *cycleRun) fuseErr(i int, err error) error {
 
 // fuseAllStreamed fuses the channels one at a time on st's device stack,
 // readers planes read at once.
-func (r *cycleRun) fuseAllStreamed(ctx context.Context, st streamer, readers int) error {
+func (r *cycleRun) fuseAllStreamed(ctx context.Context, st Streamer, readers int) error {
 	for i := range r.stacks {
 		t := time.Now()
 		res, readS, err := fuseStreamed(ctx, st, r.stacks[i], r.dims[i][0], r.dims[i][1], readers, r.g, r.p, r.collect)

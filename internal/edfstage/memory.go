@@ -57,17 +57,17 @@ const (
 	goFraction   = 0.95
 )
 
-// streamer is a Fuser with the device-buffer form: a device stack filled
-// plane by plane and fused there (edf.DeviceStack; the CUDA engine,
-// *gpu.Engine, is one as it is).
-type streamer interface {
+// Streamer is a Fuser with the device-buffer form, found by interface
+// assertion: a device stack filled plane by plane and fused there
+// (edf.DeviceStack; the CUDA engine, *gpu.Engine, is one as it is).
+type Streamer interface {
 	edf.Fuser
 	EDFDeviceStack(ctx context.Context, n, h, w int) (edf.DeviceStack, error)
 }
 
 // streamerOf returns f's streamed form, or nil when it has none.
-func streamerOf(f edf.Fuser) streamer {
-	st, _ := f.(streamer)
+func streamerOf(f edf.Fuser) Streamer {
+	st, _ := f.(Streamer)
 	return st
 }
 

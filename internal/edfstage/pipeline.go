@@ -16,7 +16,7 @@ import (
 // goroutines read the planes (files, z order, h x w px each) and each plane
 // goes to the device stack as soon as it is read and is dropped; then the
 // stack is fused. readS is the reading and uploading time, seconds.
-func fuseStreamed(ctx context.Context, st streamer, files []string, h, w, readers int, g edf.Gate, p edf.Params,
+func fuseStreamed(ctx context.Context, st Streamer, files []string, h, w, readers int, g edf.Gate, p edf.Params,
 	collect func()) (r *edf.Result, readS float64, err error) {
 	s, err := st.EDFDeviceStack(ctx, len(files), h, w)
 	if err != nil {

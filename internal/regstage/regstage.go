@@ -44,6 +44,22 @@
 // registration leaves its DAPI agreeing worse with the reference than
 // before (NCC after < NCC before), with its metrics. Nothing is written
 // then (no silent copy of unregistered images).
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: register.Backend as the engine (register.CPU the
+// reference, the CUDA engine's Registrar); memory.go (cpuEngineMemory,
+// engineMemory, deviceName, choose); Run in steps (discover, checkSizes,
+// the memory plan, registerAll, writeOME, the sentinel).
 package regstage
 
 import (

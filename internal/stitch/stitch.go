@@ -12,6 +12,21 @@
 //
 // Everything is written into a staging directory beside cycNN and renamed into
 // place when the whole cycle succeeded, so a failure leaves no partial output.
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: Engine (engine.go; CPUEngine the reference),
+// memory.go (cpuEngineMemory, engineMemory, memModel.choose), Run in steps
+// (newCycleRun, alignReference, planPipeline, pipeline, batchPlanes).
 package stitch
 
 import (

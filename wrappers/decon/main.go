@@ -69,6 +69,12 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 	cliutil.Main(app)
 }
 
+// The CUDA engine is the stage's engine with both richer forms.
+var (
+	_ deconstage.PlaneEngine  = (*gpu.Engine)(nil)
+	_ deconstage.Gray16Engine = (*gpu.Engine)(nil)
+)
+
 type opts struct {
 	stagecli.Opts
 	configPath string

@@ -14,6 +14,9 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
+// The CUDA engine is the stage's Fuser with its device-buffer form.
+var _ edfstage.Streamer = (*gpu.Engine)(nil)
+
 type opts struct {
 	stagecli.Opts
 	configPath string

@@ -126,6 +126,9 @@ func (o Opts) ResolveWorkers() (int, error) {
 	return n, nil
 }
 
+// The CUDA engine reports its host memory to every stage's memory model.
+var _ membudget.MemoryReporter = (*gpu.Engine)(nil)
+
 // Engine is what Open needs of a stage's engine: its name, logged once
 // the device is open.
 type Engine interface{ Name() string }
