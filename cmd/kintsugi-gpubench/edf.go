@@ -315,7 +315,7 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 	debug.FreeOSMemory()
 	peakErr := membudget.ResetPeak()
 	t0 := time.Now()
-	res, err := edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: 1, Fuser: eng, Workers: f.workers,
+	res, err := edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers,
 		MemBudget: budget, MemBudgetSource: src})
 	if err != nil {
 		return err

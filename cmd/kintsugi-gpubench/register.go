@@ -318,7 +318,7 @@ func runRegStage(ctx context.Context, f flags, eng *gpu.Engine, proj *regProject
 		membudget.Format(budget), budgetSrc, membudget.Format(rssStart))
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t1 := time.Now()
-	res, err := regstage.Run(ctx, regstage.Options{Config: proj.cfg, Backend: eng.Registrar(), Workers: f.workers, Logger: lg,
+	res, err := regstage.Run(ctx, regstage.Options{Config: proj.cfg, Engine: eng.Registrar(), Workers: f.workers, Logger: lg,
 		MemBudget: budget, MemBudgetSource: budgetSrc})
 	if err != nil {
 		return fmt.Errorf("registration stage: %w", err)

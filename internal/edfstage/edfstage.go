@@ -34,7 +34,7 @@
 // internal/cliutil/stagecli; Run is a few steps (checks and memory plan
 // before any output, staging, the work, sentinel, commit).
 //
-// Template pieces here: edf.Fuser as the engine, with Streamer (the
+// Template pieces here: Options.Engine, an edf.Fuser, with Streamer (the
 // device-buffer form: edf.DeviceStack, pipeline.go) found by assertion;
 // edf.CPU the reference; memory.go (cpuEngineMemory, newMemModel, choose);
 // Run in steps (newCycleRun, planMemory, fuseAllStreamed or fuseStacked,
@@ -80,7 +80,7 @@ func OutDir(project string, cycle int) string {
 type Options struct {
 	Config  *config.Config
 	Cycle   int
-	Fuser   edf.Fuser
+	Engine  edf.Fuser // the device: edf.CPU, or the CUDA engine (a Streamer)
 	Workers int
 	Logger  *slog.Logger
 	// MemBudget is the host memory (resident set, bytes) the stage may use
@@ -215,7 +215,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer stage.Abort()
 	r.stageDir = stage.Path
-	lg.Info("edf", "cycle", o.Cycle, "channels", cfg.Channels, "method", p.Method, "engine", o.Fuser.Name(),
+	lg.Info("edf", "cycle", o.Cycle, "channels", cfg.Channels, "method", p.Method, "engine", o.Engine.Name(),
 		"sigma", p.Sigma, "radius_x", p.RadiusX, "radius_y", p.RadiusY, "z_smooth_sigma", p.ZSmoothSigma)
 	lg.Info("memory plan", "cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
 		"plan", mp.String(), "planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.fixed),
@@ -223,7 +223,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"planes_per_channel", mm.N)
 	r.res = &Result{OutDir: final, MemPlan: mp.String(), MemPlanned: mm.need(mp)}
 	if mp.Streamed {
-		err = r.fuseAllStreamed(ctx, streamerOf(o.Fuser), mp.Readers)
+		err = r.fuseAllStreamed(ctx, streamerOf(o.Engine), mp.Readers)
 	} else {
 		err = fuseStacked(ctx, o, r.stacks, mp, r.g, p, r.collect, r.fuseErr, r.done)
 	}
@@ -307,7 +307,7 @@ func (r *cycleRun) planMemory() (memModel, memPlan, error) {
 			maxH, maxW = info.Height, info.Width
 		}
 	}
-	mm := newMemModel(o.Fuser, maxN, maxH, maxW, o.Workers, r.p, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	mm := newMemModel(o.Engine, maxN, maxH, maxW, o.Workers, r.p, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
 	mp, err := mm.choose()
 	return mm, mp, err
 }
@@ -407,7 +407,7 @@ func writeSentinel(path string, o Options, p edf.Params, r *Result) error {
 		{"method", p.Method},
 		{"slices_used", strings.Join(used, ";")},
 		{"duration_minutes", fmt.Sprintf("%.2f", r.Seconds/60)},
-		{"engine", o.Fuser.Name()},
+		{"engine", o.Engine.Name()},
 		{"workers", fmt.Sprint(o.Workers)},
 	})
 }

@@ -91,7 +91,7 @@ func fuseStacked(ctx context.Context, o Options, stacks [][]string, mp memPlan, 
 			return ld.err
 		}
 		t := time.Now()
-		r, err := o.Fuser.EDF(ctx, ld.planes, g, p)
+		r, err := o.Engine.EDF(ctx, ld.planes, g, p)
 		if err != nil {
 			return fuseErr(i, err)
 		}

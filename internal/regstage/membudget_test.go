@@ -33,7 +33,7 @@ func TestMemBudgetChild(t *testing.T) {
 	childproc.ServeStage(childEnv, func(cfg *config.Config, budget int64, workers int) (map[string]string, error) {
 		// One worker of phase correlation (its FFT workspaces scale with the
 		// workers), several goroutines for the stage's pipeline.
-		res, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 1}, Workers: workers,
+		res, err := Run(context.Background(), Options{Config: cfg, Engine: register.CPU{Workers: 1}, Workers: workers,
 			MemBudget: budget, MemBudgetSource: membudget.SourceFlag, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 		if err != nil {
 			return nil, err
@@ -143,7 +143,7 @@ func TestMemBudgetHeld(t *testing.T) {
 // naming the budget, the need and the config key.
 func TestMemBudgetTooSmall(t *testing.T) {
 	cfg, _ := project(t, 2)
-	_, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 2}, Workers: 2,
+	_, err := Run(context.Background(), Options{Config: cfg, Engine: register.CPU{Workers: 2}, Workers: 2,
 		MemBudget: 8 * membudget.MB, MemBudgetSource: membudget.SourceFlag})
 	var ne *membudget.NeedError
 	if !errors.Is(err, membudget.ErrTooSmall) || !errors.As(err, &ne) {
@@ -215,7 +215,7 @@ func TestPlansSameOutput(t *testing.T) {
 	out := OutDir(cfg.ProjectDir)
 	var want map[string][]byte
 	for i, p := range append([]memPlan{{}}, plans(4, 2)...) {
-		res, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 2}, Workers: 4, plan: p})
+		res, err := Run(context.Background(), Options{Config: cfg, Engine: register.CPU{Workers: 2}, Workers: 4, plan: p})
 		if err != nil {
 			t.Fatalf("plan %+v: %v", p, err)
 		}

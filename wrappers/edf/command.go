@@ -71,7 +71,7 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "edf", Cycle: cycle, Device: dev}, nil, o.Logger); err != nil {
 		return err
 	}
-	_, err = edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: cycle, Fuser: f, Workers: workers, Logger: o.Logger,
+	_, err = edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: cycle, Engine: f, Workers: workers, Logger: o.Logger,
 		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return inputAsUsage(err)
 }

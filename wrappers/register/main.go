@@ -128,7 +128,7 @@ func runCommand(ctx context.Context, o opts, cfgPath string) error {
 	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "registration", Device: dev}, nil, o.Logger); err != nil {
 		return err
 	}
-	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Backend: be, Workers: workers, Logger: o.Logger,
+	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Engine: be, Workers: workers, Logger: o.Logger,
 		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return asExit(err)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -30,9 +29,9 @@ type commandOptions struct {
 // runOptions are the flags of `run` beyond the device's.
 type runOptions struct {
 	Batch int
-	// OpenGPU opens the GPU engine; nil means gpu.Open (the CUDA engine
-	// is a stitch.Engine as it is). Tests pass their own to run the
-	// command without a device.
+	// OpenGPU opens the GPU engine; nil means stagecli.Open's gpu.Open
+	// (the CUDA engine is a stitch.Engine as it is). Tests pass their own
+	// to run the command without a device.
 	OpenGPU func(gpu.Options) (stitch.Engine, error)
 }
 
@@ -66,25 +65,20 @@ func runCommand(ctx context.Context, o commandOptions, r runOptions) (err error)
 	if err != nil {
 		return err
 	}
-	open := r.OpenGPU
-	if open == nil {
-		open = func(opts gpu.Options) (stitch.Engine, error) {
-			e, err := gpu.Open(opts)
-			if err != nil {
-				return nil, err
-			}
-			return e, nil
-		}
-	}
-	eng, release, err := stagecli.OpenWith(o.Opts, dev,
-		func() stitch.Engine { return stitch.NewCPUEngine(workers) },
-		func(opts gpu.Options) (stitch.Engine, func() error, error) {
-			e, err := open(opts)
+	cpu := func() stitch.Engine { return stitch.NewCPUEngine(workers) }
+	var eng stitch.Engine
+	var release func() error
+	if r.OpenGPU == nil {
+		eng, release, err = stagecli.Open(o.Opts, dev, cpu, func(e *gpu.Engine) stitch.Engine { return e })
+	} else {
+		eng, release, err = stagecli.OpenWith(o.Opts, dev, cpu, func(opts gpu.Options) (stitch.Engine, func() error, error) {
+			e, err := r.OpenGPU(opts)
 			if err != nil {
 				return nil, nil, err
 			}
 			return e, e.Close, nil
 		})
+	}
 	if err != nil {
 		return err
 	}
@@ -102,12 +96,7 @@ func runCommand(ctx context.Context, o commandOptions, r runOptions) (err error)
 }
 
 // inputAsUsage maps errors caused by the input data to the usage exit code.
-func inputAsUsage(err error) error {
-	if errors.Is(err, dataset.ErrInput) {
-		return cliutil.AsUsage(err)
-	}
-	return err
-}
+func inputAsUsage(err error) error { return stagecli.InputAsUsage(err, dataset.ErrInput) }
 
 // correctOptions select the tile of `kintsugi-stitch correct`.
 type correctOptions struct {
