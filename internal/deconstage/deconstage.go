@@ -33,6 +33,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
@@ -128,12 +129,12 @@ type Result struct {
 
 // InputDir is the stitched directory of a cycle.
 func InputDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "stitched", config.CycleName(cycle))
+	return filepath.Join(project, "data", "processed", "stitched", layout.CycleName(cycle))
 }
 
 // OutDir is the stage's output directory of a cycle.
 func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "deconvolved", config.CycleName(cycle))
+	return filepath.Join(project, "data", "processed", "deconvolved", layout.CycleName(cycle))
 }
 
 // Params returns the decon settings of the config.

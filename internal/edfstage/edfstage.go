@@ -38,6 +38,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -51,12 +52,12 @@ var ErrInput = staging.ErrInput
 
 // InputDir is deconvolved/cycNN of a project.
 func InputDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "deconvolved", config.CycleName(cycle))
+	return filepath.Join(project, "data", "processed", "deconvolved", layout.CycleName(cycle))
 }
 
 // OutDir is edf/cycNN of a project.
 func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "edf", config.CycleName(cycle))
+	return filepath.Join(project, "data", "processed", "edf", layout.CycleName(cycle))
 }
 
 // Options configure Run.

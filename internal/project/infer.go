@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // Project is what Infer found in a project directory.
@@ -92,7 +94,7 @@ func Infer(dir string) (*Project, error) {
 		p.From["cycles"] = rawFrom("the names")
 	default:
 		return nil, fmt.Errorf("%s: no n_cycles (the original's key) or numCycles (CODEX) and no raw cycle directories under %s",
-			exp.Path, filepath.Join(abs, "data", "raw"))
+			exp.Path, layout.RawDir(abs))
 	}
 	if len(raw) > 0 {
 		var missing, extra []int

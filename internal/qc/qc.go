@@ -44,6 +44,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -194,7 +195,7 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 		if err != nil {
 			return nil, err
 		}
-		name := fmt.Sprintf("%s_metrics.json", config.CycleName(cj.cycle))
+		name := fmt.Sprintf("%s_metrics.json", layout.CycleName(cj.cycle))
 		if err := writeJSON(filepath.Join(st.Path, name), cm); err != nil {
 			return nil, err
 		}
@@ -263,7 +264,7 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 	sub := map[string]string{"stitch": "stitched", "decon": "deconvolved", "edf": "edf", "registration": "registered"}[stage]
 	var jobs []cycleJob
 	for _, c := range cfg.Cycles {
-		cj := cycleJob{cycle: c, dir: filepath.Join(processed, sub, config.CycleName(c))}
+		cj := cycleJob{cycle: c, dir: filepath.Join(processed, sub, layout.CycleName(c))}
 		sentDir := cj.dir
 		if stage == "registration" {
 			sentDir = filepath.Join(processed, "registered")
@@ -302,7 +303,7 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 				}
 				j.files = []string{p}
 				if stage == "registration" {
-					e := filepath.Join(processed, "edf", config.CycleName(c), cfg.EDFFileName(c, ch))
+					e := filepath.Join(processed, "edf", layout.CycleName(c), cfg.EDFFileName(c, ch))
 					if _, err := os.Stat(e); err != nil {
 						return nil, fmt.Errorf("%w: cycle %d channel %d: EDF plane for the before/after scores: %v", ErrInput, c, ch, err)
 					}
@@ -393,7 +394,7 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 			chm.FocusMap = bestPlanes(bf, chm.Planes, block, bnx)
 		}
 		img, f := Overview(proj, opt.OverviewPx)
-		chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", config.CycleName(cj.cycle), chj.channel)
+		chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", layout.CycleName(cj.cycle), chj.channel)
 		chm.Factor = f
 		if err := writePNG(filepath.Join(dir, chm.Overview), img); err != nil {
 			return nil, err
@@ -485,7 +486,7 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 	}
 	rs := &RegScores{ReferenceCycle: cfg.Registration.ReferenceCycle, Image: filepath.Base(file),
 		NCCEDF: Num(NCC(ref["edf"], edf)), NCCRegistered: Num(NCC(ref["registered"], reg))}
-	mf := filepath.Join(cfg.ProjectDir, "data", "processed", "registered", "qc", config.CycleName(cj.cycle)+"_metrics.json")
+	mf := filepath.Join(cfg.ProjectDir, "data", "processed", "registered", "qc", layout.CycleName(cj.cycle)+"_metrics.json")
 	if b, err := os.ReadFile(mf); err == nil {
 		var doc struct {
 			Metrics map[string]any `json:"metrics"`
@@ -496,7 +497,7 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 		rs.StageMetrics = doc.Metrics
 		rs.StageMetricsFile = filepath.Join("data", "processed", "registered", "qc", filepath.Base(mf))
 	}
-	rs.Overlay = config.CycleName(cj.cycle) + "_overlay.png"
+	rs.Overlay = layout.CycleName(cj.cycle) + "_overlay.png"
 	if err := writePNG(filepath.Join(dir, rs.Overlay), Overlay(ref["registered"], reg, opt.OverviewPx)); err != nil {
 		return nil, err
 	}
@@ -537,7 +538,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 			}
 			for _, cm := range cms {
 				for _, ch := range cm.Channels {
-					h.Rows = append(h.Rows, fmt.Sprintf("%s CH%d", config.CycleName(cm.Cycle), ch.Channel))
+					h.Rows = append(h.Rows, fmt.Sprintf("%s CH%d", layout.CycleName(cm.Cycle), ch.Channel))
 					row := make([]Num, len(zs))
 					for i := range row {
 						row[i] = Num(math.NaN())
@@ -560,7 +561,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 		mk := func(file, measure string, get func(PlaneStats) float64) Heatmap {
 			h := Heatmap{File: file, Measure: measure}
 			for i, cm := range cms {
-				h.Rows = append(h.Rows, config.CycleName(cm.Cycle))
+				h.Rows = append(h.Rows, layout.CycleName(cm.Cycle))
 				row := make([]Num, len(cm.Channels))
 				for j, ch := range cm.Channels {
 					if i == 0 {
@@ -579,7 +580,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 	default: // registration: rows cycles; columns NCC before and after.
 		h := Heatmap{File: "ncc_heatmap.png", Measure: "NCC with the reference cycle's DAPI", Cols: []string{"ncc_edf", "ncc_registered"}}
 		for _, cm := range cms {
-			h.Rows = append(h.Rows, config.CycleName(cm.Cycle))
+			h.Rows = append(h.Rows, layout.CycleName(cm.Cycle))
 			h.Values = append(h.Values, []Num{cm.Registration.NCCEDF, cm.Registration.NCCRegistered})
 		}
 		return []Heatmap{h}

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -125,7 +126,7 @@ resources: {accounts: [{name: a, gpu_slots: 1}]}
 		}
 	}
 	for _, c := range cfg.Cycles {
-		cyc := config.CycleName(c)
+		cyc := layout.CycleName(c)
 		for _, ch := range cfg.Channels {
 			sc := ref
 			if ch == 2 || c == 2 {
@@ -261,7 +262,7 @@ func TestStages(t *testing.T) {
 				t.Errorf("cycles %v", sum.Cycles)
 			}
 			for _, c := range p.cfg.Cycles {
-				cm := readMetrics(t, filepath.Join(out, config.CycleName(c)+"_metrics.json"))
+				cm := readMetrics(t, filepath.Join(out, layout.CycleName(c)+"_metrics.json"))
 				if cm.Stage != stage || cm.Cycle != c || len(cm.Channels) != 2 {
 					t.Fatalf("cycle %d metrics: stage %q cycle %d, %d channels", c, cm.Stage, cm.Cycle, len(cm.Channels))
 				}

@@ -67,6 +67,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
@@ -95,7 +96,7 @@ const NCCTolerance = 1e-4
 
 // EDFDir is edf/cycNN of a project.
 func EDFDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "edf", config.CycleName(cycle))
+	return filepath.Join(project, "data", "processed", "edf", layout.CycleName(cycle))
 }
 
 // OutDir is the registered/ directory of a project.
@@ -320,7 +321,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		method = "copy_single_cycle"
 		ci := cycles[0]
 		for _, f := range ci.files {
-			if err := copyFile(filepath.Join(ci.dir, f), filepath.Join(d.Path, config.CycleName(ci.cycle), f)); err != nil {
+			if err := copyFile(filepath.Join(ci.dir, f), filepath.Join(d.Path, layout.CycleName(ci.cycle), f)); err != nil {
 				return nil, err
 			}
 		}
@@ -515,7 +516,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 			pl.give(pl.out)
 			return err
 		}
-		src, dst := filepath.Join(refIn.dir, f), filepath.Join(out, config.CycleName(refIn.cycle), f)
+		src, dst := filepath.Join(refIn.dir, f), filepath.Join(out, layout.CycleName(refIn.cycle), f)
 		pl.background(func() error {
 			g, err := readPadded(src, h, w)
 			if err != nil {
@@ -576,7 +577,7 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 		return staging.Inputf("cycle %d: registration makes DAPI (%s) agree worse with the reference cycle %d: NCC %.4f before, %.4f after rigid, %.4f after non-rigid (rotation %.3f°, translation (%.1f, %.1f) px); nothing written",
 			ci.cycle, filepath.Join(ci.dir, ci.dapi), res.Reference, m.NCCBefore, m.NCCRigid, m.NCCNonRigid, m.RotationDeg, m.TranslationY, m.TranslationX)
 	}
-	name := config.CycleName(ci.cycle)
+	name := layout.CycleName(ci.cycle)
 	// warp warps one read plane (holding an in slot) into an out slot and
 	// hands it to the write-behind; the in slot is given back.
 	warp := func(g *raster.Gray16, file string) (*raster.Gray16, error) {

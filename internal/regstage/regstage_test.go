@@ -13,6 +13,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
@@ -58,7 +59,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("%d cycles in the result", len(res.Cycles))
 	}
 	for _, c := range []int{2, 3} {
-		name := config.CycleName(c)
+		name := layout.CycleName(c)
 		for ch := 1; ch <= 2; ch++ {
 			g, err := tiffio.ReadGray16(filepath.Join(out, name, cfg.EDFFileName(c, ch)))
 			if err != nil {
@@ -339,7 +340,7 @@ func TestReferenceChannel(t *testing.T) {
 		}
 	}
 	rms := func(c int) float64 {
-		m, _, _, err := ReadTransform(filepath.Join(OutDir(cfg.ProjectDir), "registration_data", config.CycleName(c)+"_transform.json"))
+		m, _, _, err := ReadTransform(filepath.Join(OutDir(cfg.ProjectDir), "registration_data", layout.CycleName(c)+"_transform.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +363,7 @@ func TestReferenceChannel(t *testing.T) {
 		if !(e <= 0.5) {
 			t.Errorf("reference_channel 2: cycle %d mapping RMS %.3f px, want <= 0.5", c, e)
 		}
-		b, err := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir), "qc", config.CycleName(c)+"_metrics.json"))
+		b, err := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir), "qc", layout.CycleName(c)+"_metrics.json"))
 		if err != nil || !strings.Contains(string(b), `"dapi": "`+cfg.EDFFileName(c, 2)+`"`) {
 			t.Errorf("cycle %d metrics do not name the registration image %s: %v %s", c, cfg.EDFFileName(c, 2), err, b)
 		}

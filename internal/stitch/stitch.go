@@ -32,6 +32,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -90,7 +91,7 @@ func basicParams(c *config.Config) basic.Params {
 
 // OutDir is the stage's output directory of a cycle.
 func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "stitched", config.CycleName(cycle))
+	return filepath.Join(project, "data", "processed", "stitched", layout.CycleName(cycle))
 }
 
 // Run stitches one cycle.

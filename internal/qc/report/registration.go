@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/plot"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -32,7 +33,7 @@ func (r *Report) registrationSection(ctx context.Context, cfg *config.Config, _ 
 		if rs == nil || m.Cycle == rs.ReferenceCycle {
 			continue
 		}
-		cats = append(cats, config.CycleName(m.Cycle))
+		cats = append(cats, layout.CycleName(m.Cycle))
 		sb = append(sb, stageNum(rs.StageMetrics, "ncc_before"))
 		sa = append(sa, stageNum(rs.StageMetrics, "ncc_final"))
 		fb = append(fb, float64(rs.NCCEDF))
@@ -59,12 +60,12 @@ func (r *Report) registrationSection(ctx context.Context, cfg *config.Config, _ 
 	}
 	proc := filepath.Join(cfg.ProjectDir, "data", "processed")
 	refImg := refMetrics.Registration.Image
-	refReg, err := tiffio.ReadGray16(filepath.Join(proc, "registered", config.CycleName(refCycle), refImg))
+	refReg, err := tiffio.ReadGray16(filepath.Join(proc, "registered", layout.CycleName(refCycle), refImg))
 	if err != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("reference image: %v: overlays not drawn", err))
 		return s
 	}
-	refEDF, errE := tiffio.ReadGray16(filepath.Join(proc, "edf", config.CycleName(refCycle), refImg))
+	refEDF, errE := tiffio.ReadGray16(filepath.Join(proc, "edf", layout.CycleName(refCycle), refImg))
 	cy, cx := bestCrop(refReg, r.opt.CropPx)
 	side := min(r.opt.CropPx, refReg.W, refReg.H)
 	for _, m := range ms {
@@ -75,7 +76,7 @@ func (r *Report) registrationSection(ctx context.Context, cfg *config.Config, _ 
 		if rs == nil || m.Cycle == refCycle {
 			continue
 		}
-		name := config.CycleName(m.Cycle)
+		name := layout.CycleName(m.Cycle)
 		reg, err := tiffio.ReadGray16(filepath.Join(proc, "registered", name, rs.Image))
 		if err != nil {
 			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v", name, err))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/plot"
 )
@@ -88,7 +89,7 @@ func buildFixture(t *testing.T) error {
 	}
 	for _, st := range []struct{ bin, log string }{{"stitch", "stitch"}, {"decon", "decon"}, {"edf", "edf"}} {
 		for _, c := range cfg.Cycles {
-			if err := run(fmt.Sprintf("%s_%s.log", st.log, config.CycleName(c)), bins[st.bin], "run", "--config", cfgPath, "--cycle", strconv.Itoa(c), "--device", "cpu"); err != nil {
+			if err := run(fmt.Sprintf("%s_%s.log", st.log, layout.CycleName(c)), bins[st.bin], "run", "--config", cfgPath, "--cycle", strconv.Itoa(c), "--device", "cpu"); err != nil {
 				return err
 			}
 		}
@@ -154,7 +155,7 @@ func figure(t *testing.T, r *Report, name string) *plot.Figure {
 // planeValue is the metrics JSON's value of one plane: stage, cycle, channel, z, key.
 func planeValue(t *testing.T, proj, stage string, cycle, ch, z int, key string) (float64, bool) {
 	t.Helper()
-	m := jsonDoc(t, filepath.Join(proj, "qc_plots", stage, config.CycleName(cycle)+"_metrics.json"))
+	m := jsonDoc(t, filepath.Join(proj, "qc_plots", stage, layout.CycleName(cycle)+"_metrics.json"))
 	for _, c := range m["channels"].([]any) {
 		cm := c.(map[string]any)
 		if int(num(t, cm["channel"])) != ch {
@@ -275,7 +276,7 @@ func TestFiguresMatchMetrics(t *testing.T) {
 
 	// Focus maps: the decon metrics' best_z, block by block.
 	for _, c := range cfg.Cycles {
-		name := config.CycleName(c)
+		name := layout.CycleName(c)
 		panels := figure(t, r, "edf_"+name+"_focusmap").Data.([]plot.ImagePanel)
 		chans := jsonDoc(t, filepath.Join(proj, "qc_plots", "decon", name+"_metrics.json"))["channels"].([]any)
 		if len(panels) != len(chans) {
@@ -297,7 +298,7 @@ func TestFiguresMatchMetrics(t *testing.T) {
 
 	// Seams: every grid neighbour pair scored, NCC in (0, 1] at the stitched positions.
 	for _, c := range cfg.Cycles {
-		d := figure(t, r, "stitch_"+config.CycleName(c)+"_grid").Data.(map[string]any)
+		d := figure(t, r, "stitch_"+layout.CycleName(c)+"_grid").Data.(map[string]any)
 		seams := d["seams"].([]Seam)
 		if want := cfg.TileRows*(cfg.TileCols-1) + (cfg.TileRows-1)*cfg.TileCols; len(seams) != want {
 			t.Errorf("cycle %d: %d seams, want %d", c, len(seams), want)
