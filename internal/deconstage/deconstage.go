@@ -127,15 +127,11 @@ type Result struct {
 	Plan             string
 }
 
-// InputDir is the stitched directory of a cycle.
-func InputDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "stitched", layout.CycleName(cycle))
-}
+// InputDir is the stitched directory of a cycle (layout.Stitched).
+func InputDir(project string, cycle int) string { return layout.Stitched(project, cycle) }
 
-// OutDir is the stage's output directory of a cycle.
-func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "deconvolved", layout.CycleName(cycle))
-}
+// OutDir is the stage's output directory of a cycle (layout.Deconvolved).
+func OutDir(project string, cycle int) string { return layout.Deconvolved(project, cycle) }
 
 // Params returns the decon settings of the config.
 func Params(cfg *config.Config) (decon.Params, error) {
@@ -483,7 +479,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		paths, w, h, err := Planes(filepath.Join(in, fmt.Sprintf("CH%d", ch)), cfg.NZPlanes)
+		paths, w, h, err := Planes(filepath.Join(in, layout.ChannelDir(ch)), cfg.NZPlanes)
 		if err != nil {
 			return nil, err
 		}
@@ -599,11 +595,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				ch <- next.read(ctx, io, true)
 			}(ahead)
 		}
-		chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", j.ch))
+		chDir := filepath.Join(stage.Path, layout.ChannelDir(j.ch))
 		if err := os.MkdirAll(chDir, 0o777); err != nil {
 			return nil, err
 		}
-		planePath := func(z int) string { return filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)) }
+		planePath := func(z int) string { return filepath.Join(chDir, layout.DeconPlane(z+1)) }
 		wrapErr := func(err error) error {
 			err = algInput(err)
 			if errors.Is(err, ErrInput) {
@@ -691,7 +687,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for i, c := range res.Channels {
 		its[i] = fmt.Sprint(c.Stats.Iterations)
 	}
-	if err := staging.WriteSentinel(filepath.Join(stage.Path, ".snakemake_complete"), [][2]string{
+	if err := staging.WriteSentinel(layout.Sentinel(stage.Path), [][2]string{
 		{"stage", "decon"},
 		{"cycle", fmt.Sprint(o.Cycle)},
 		{"completed", time.Now().UTC().Format(time.RFC3339)},

@@ -50,15 +50,11 @@ import (
 // staging.ErrInput, shared by every stage.
 var ErrInput = staging.ErrInput
 
-// InputDir is deconvolved/cycNN of a project.
-func InputDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "deconvolved", layout.CycleName(cycle))
-}
+// InputDir is deconvolved/cycNN of a project (layout.Deconvolved).
+func InputDir(project string, cycle int) string { return layout.Deconvolved(project, cycle) }
 
-// OutDir is edf/cycNN of a project.
-func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "edf", layout.CycleName(cycle))
-}
+// OutDir is edf/cycNN of a project (layout.EDFOut).
+func OutDir(project string, cycle int) string { return layout.EDFOut(project, cycle) }
 
 // Options configure Run.
 type Options struct {
@@ -102,11 +98,11 @@ type Result struct {
 
 // Stack lists one channel's input planes: deconv_*.tif, sorted by name.
 func Stack(project string, cycle, ch int) ([]string, error) {
-	dir := filepath.Join(InputDir(project, cycle), fmt.Sprintf("CH%d", ch))
+	dir := filepath.Join(InputDir(project, cycle), layout.ChannelDir(ch))
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, staging.Inputf("channel %d: no deconvolved directory %s", ch, dir)
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "deconv_*.tif"))
+	files, err := filepath.Glob(filepath.Join(dir, layout.DeconPlaneGlob))
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +293,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds = time.Since(t0).Seconds()
-	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, p, res); err != nil {
+	if err := writeSentinel(layout.Sentinel(stage.Path), o, p, res); err != nil {
 		return nil, err
 	}
 	if err := stage.Commit(); err != nil {

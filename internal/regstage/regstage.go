@@ -94,15 +94,11 @@ const MinSidePx = 64
 // be before the cycle is refused (rounding only: any real loss fails).
 const NCCTolerance = 1e-4
 
-// EDFDir is edf/cycNN of a project.
-func EDFDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "edf", layout.CycleName(cycle))
-}
+// EDFDir is edf/cycNN of a project (layout.EDFOut).
+func EDFDir(project string, cycle int) string { return layout.EDFOut(project, cycle) }
 
-// OutDir is the registered/ directory of a project.
-func OutDir(project string) string {
-	return filepath.Join(project, "data", "processed", "registered")
-}
+// OutDir is the registered/ directory of a project (layout.Registered).
+func OutDir(project string) string { return layout.Registered(project) }
 
 // Options configure Run.
 type Options struct {
@@ -340,7 +336,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds = time.Since(t0).Seconds()
-	if err := staging.WriteSentinel(filepath.Join(d.Path, ".snakemake_complete"), [][2]string{
+	if err := staging.WriteSentinel(layout.Sentinel(d.Path), [][2]string{
 		{"stage", "registration"}, {"cycles", strings.Join(names, ",")}, {"reference_cycle", strconv.Itoa(res.Reference)},
 		{"method", method}, {"device", o.Device}, {"backend", o.Backend.Name()}, {"size", fmt.Sprintf("%dx%d", w, h)},
 		{"seconds", fmt.Sprintf("%.1f", res.Seconds)},
@@ -617,13 +613,13 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 			return err
 		}
 	}
-	if err := WriteTransform(filepath.Join(out, "registration_data"), name, r, h, w); err != nil {
+	if err := WriteTransform(filepath.Join(out, layout.RegistrationDataDir), name, r, h, w); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(out, "qc", name+"_metrics.json"), cycleMetrics{Cycle: ci.cycle, Reference: res.Reference, DAPI: ci.dapi, Metrics: m}); err != nil {
+	if err := writeJSON(filepath.Join(out, layout.RegisteredQCDir, layout.MetricsName(ci.cycle)), cycleMetrics{Cycle: ci.cycle, Reference: res.Reference, DAPI: ci.dapi, Metrics: m}); err != nil {
 		return err
 	}
-	if err := writeOverlay(filepath.Join(out, "qc", name+"_overlay.png"), refOverlay, cycOverlay); err != nil {
+	if err := writeOverlay(filepath.Join(out, layout.RegisteredQCDir, name+"_overlay.png"), refOverlay, cycOverlay); err != nil {
 		return err
 	}
 	mm := m

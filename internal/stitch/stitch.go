@@ -89,10 +89,8 @@ func basicParams(c *config.Config) basic.Params {
 	return p
 }
 
-// OutDir is the stage's output directory of a cycle.
-func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "stitched", layout.CycleName(cycle))
-}
+// OutDir is the stage's output directory of a cycle (layout.Stitched).
+func OutDir(project string, cycle int) string { return layout.Stitched(project, cycle) }
 
 // Run stitches one cycle.
 func Run(ctx context.Context, o Options) (*Result, error) {
@@ -178,7 +176,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	tm.Align = since(t0)
 	lg.Info("tiles aligned", "cycle", o.Cycle, "ref_channel", ref.ch, "ref_z", ref.z, "seconds", fmt.Sprintf("%.2f", tm.Align))
-	if err := writePositions(filepath.Join(stage.Path, "tile_positions.csv"), cyc, pos); err != nil {
+	if err := writePositions(filepath.Join(stage.Path, layout.TilePositionsName), cyc, pos); err != nil {
 		return nil, err
 	}
 	// The reference plane is read again in its turn: holding it through
@@ -319,8 +317,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			collect()
 			inMem.Add(-1)
 			<-slots
-			chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", pl.ch))
-			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic, filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
+			chDir := filepath.Join(stage.Path, layout.ChannelDir(pl.ch))
+			w.plane(filepath.Join(chDir, layout.StitchedPlane(pl.z)), mosaic, filepath.Join(chDir, layout.BaSiCDir, layout.BaSiCStem(pl.z)), prof)
 			mosaic = nil
 			if err := w.err(); err != nil {
 				return nil, err
@@ -343,7 +341,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	tm.Read += readSecs
 	tm.Write = w.seconds()
 	tm.Total = since(start)
-	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm, refits, fallbacks); err != nil {
+	if err := writeSentinel(layout.Sentinel(stage.Path), o, cyc, o.Engine.Name(), tm, refits, fallbacks); err != nil {
 		return nil, err
 	}
 	if err := stage.Commit(); err != nil {
