@@ -101,9 +101,16 @@ func StitchedPlane(z int) string { return BaSiCStem(z) + ".tif" }
 // are <stem>_flatfield.tif and <stem>_darkfield.tif).
 func BaSiCStem(z int) string { return fmt.Sprintf("%02d", z) }
 
-// Flatfield and Darkfield are plane z's BaSiC profile file names.
-func Flatfield(z int) string { return BaSiCStem(z) + "_flatfield.tif" }
-func Darkfield(z int) string { return BaSiCStem(z) + "_darkfield.tif" }
+// Flatfield and Darkfield are plane z's BaSiC profile file names
+// (BaSiCStem + FlatfieldSuffix or DarkfieldSuffix).
+func Flatfield(z int) string { return BaSiCStem(z) + FlatfieldSuffix }
+func Darkfield(z int) string { return BaSiCStem(z) + DarkfieldSuffix }
+
+// BaSiC profile file-name suffixes after BaSiCStem.
+const (
+	FlatfieldSuffix = "_flatfield.tif"
+	DarkfieldSuffix = "_darkfield.tif"
+)
 
 // DeconPlane is deconvolved plane k's file name (1-based k, 3 -> "deconv_003.tif").
 func DeconPlane(k int) string { return fmt.Sprintf("deconv_%03d.tif", k) }

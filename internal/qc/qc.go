@@ -51,8 +51,8 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// Stages, in pipeline order.
-var Stages = []string{"stitch", "decon", "edf", "registration"}
+// Stages, in pipeline order (layout.Stages).
+var Stages = layout.Stages
 
 // ErrInput marks a missing or unreadable input (exit 2 in kintsugi-qc); it
 // is staging.ErrInput, shared by every stage.
@@ -173,8 +173,7 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 	if err != nil {
 		return nil, err
 	}
-	qcRoot := filepath.Join(proj, "qc_plots")
-	st, err := staging.NewContext(ctx, filepath.Join(qcRoot, stage))
+	st, err := staging.NewContext(ctx, layout.QCStage(proj, stage))
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +194,7 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 		if err != nil {
 			return nil, err
 		}
-		name := fmt.Sprintf("%s_metrics.json", layout.CycleName(cj.cycle))
+		name := layout.MetricsName(cj.cycle)
 		if err := writeJSON(filepath.Join(st.Path, name), cm); err != nil {
 			return nil, err
 		}
@@ -219,16 +218,16 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 	if err := st.Commit(); err != nil {
 		return nil, err
 	}
-	kv := [][2]string{{"stage", "qc_" + stage}, {"cycles", strconv.Itoa(len(jobs))}, {"dir", filepath.Join("qc_plots", stage)},
+	kv := [][2]string{{"stage", "qc_" + stage}, {"cycles", strconv.Itoa(len(jobs))}, {"dir", filepath.Join(layout.QCPlots, stage)},
 		{"heatmaps", strconv.Itoa(len(sum.Heatmaps))}, {"seconds", fmt.Sprintf("%.1f", time.Since(t0).Seconds())},
 		{"completed", time.Now().UTC().Format(time.RFC3339)}}
 	if opt.Environment != "" {
 		kv = append(kv, [2]string{"workers", opt.Environment})
 	}
-	if err := staging.WriteSentinel(filepath.Join(qcRoot, ".snakemake_complete_"+stage), kv); err != nil {
+	if err := staging.WriteSentinel(layout.QCSentinel(proj, stage), kv); err != nil {
 		return nil, err
 	}
-	lg.Info("QC report written", "stage", stage, "dir", filepath.Join(qcRoot, stage), "cycles", len(jobs), "seconds", fmt.Sprintf("%.1f", time.Since(t0).Seconds()))
+	lg.Info("QC report written", "stage", stage, "dir", layout.QCStage(proj, stage), "cycles", len(jobs), "seconds", fmt.Sprintf("%.1f", time.Since(t0).Seconds()))
 	return sum, nil
 }
 
@@ -260,16 +259,12 @@ var (
 )
 
 func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
-	processed := filepath.Join(cfg.ProjectDir, "data", "processed")
-	sub := map[string]string{"stitch": "stitched", "decon": "deconvolved", "edf": "edf", "registration": "registered"}[stage]
+	processed := layout.ProcessedDir(cfg.ProjectDir)
 	var jobs []cycleJob
 	for _, c := range cfg.Cycles {
-		cj := cycleJob{cycle: c, dir: filepath.Join(processed, sub, layout.CycleName(c))}
-		sentDir := cj.dir
-		if stage == "registration" {
-			sentDir = filepath.Join(processed, "registered")
-		}
-		if err := staging.RequireSentinel(sentDir, c, stage); err != nil {
+		// registration: the images in registered/cycNN, the sentinel in registered/
+		cj := cycleJob{cycle: c, dir: filepath.Join(processed, layout.StageDir(stage), layout.CycleName(c))}
+		if err := staging.RequireSentinel(layout.StageOut(cfg.ProjectDir, stage, c), c, stage); err != nil {
 			return nil, err
 		}
 		for _, ch := range cfg.Channels {
@@ -280,7 +275,7 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 				if stage == "decon" {
 					re = deconPlane
 				}
-				dir := filepath.Join(cj.dir, fmt.Sprintf("CH%d", ch))
+				dir := filepath.Join(cj.dir, layout.ChannelDir(ch))
 				ents, err := os.ReadDir(dir)
 				if err != nil {
 					return nil, fmt.Errorf("%w: cycle %d channel %d: %v", ErrInput, c, ch, err)
@@ -303,7 +298,7 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 				}
 				j.files = []string{p}
 				if stage == "registration" {
-					e := filepath.Join(processed, "edf", layout.CycleName(c), cfg.EDFFileName(c, ch))
+					e := filepath.Join(layout.EDFOut(cfg.ProjectDir, c), cfg.EDFFileName(c, ch))
 					if _, err := os.Stat(e); err != nil {
 						return nil, fmt.Errorf("%w: cycle %d channel %d: EDF plane for the before/after scores: %v", ErrInput, c, ch, err)
 					}
@@ -486,7 +481,7 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 	}
 	rs := &RegScores{ReferenceCycle: cfg.Registration.ReferenceCycle, Image: filepath.Base(file),
 		NCCEDF: Num(NCC(ref["edf"], edf)), NCCRegistered: Num(NCC(ref["registered"], reg))}
-	mf := filepath.Join(cfg.ProjectDir, "data", "processed", "registered", "qc", layout.CycleName(cj.cycle)+"_metrics.json")
+	mf := filepath.Join(layout.Registered(cfg.ProjectDir), layout.RegisteredQCDir, layout.MetricsName(cj.cycle))
 	if b, err := os.ReadFile(mf); err == nil {
 		var doc struct {
 			Metrics map[string]any `json:"metrics"`
@@ -495,7 +490,7 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 			return nil, fmt.Errorf("%w: %s: %v", ErrInput, mf, err)
 		}
 		rs.StageMetrics = doc.Metrics
-		rs.StageMetricsFile = filepath.Join("data", "processed", "registered", "qc", filepath.Base(mf))
+		rs.StageMetricsFile = filepath.Join(layout.Data, layout.Processed, layout.RegisteredDir, layout.RegisteredQCDir, filepath.Base(mf))
 	}
 	rs.Overlay = layout.CycleName(cj.cycle) + "_overlay.png"
 	if err := writePNG(filepath.Join(dir, rs.Overlay), Overlay(ref["registered"], reg, opt.OverviewPx)); err != nil {

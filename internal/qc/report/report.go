@@ -117,7 +117,7 @@ func Build(ctx context.Context, cfg *config.Config, opt Options) (*Report, error
 	}
 	r := &Report{Project: cfg.ProjectDir, Generated: time.Now().UTC(), Cycles: cfg.Cycles, Channels: cfg.Channels,
 		Metrics: map[string][]qc.CycleMetrics{}, opt: opt}
-	logs, err := ReadLogs(filepath.Join(cfg.ProjectDir, "slurm", "logs", "snakemake"))
+	logs, err := ReadLogs(layout.Logs(cfg.ProjectDir))
 	if err != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("stage logs: %v", err))
 	}
@@ -145,7 +145,7 @@ func Build(ctx context.Context, cfg *config.Config, opt Options) (*Report, error
 func readMetrics(cfg *config.Config, stage string) []qc.CycleMetrics {
 	var out []qc.CycleMetrics
 	for _, c := range cfg.Cycles {
-		b, err := os.ReadFile(filepath.Join(cfg.ProjectDir, "qc_plots", stage, layout.CycleName(c)+"_metrics.json"))
+		b, err := os.ReadFile(filepath.Join(layout.QCStage(cfg.ProjectDir, stage), layout.MetricsName(c)))
 		if err != nil {
 			continue
 		}
@@ -155,10 +155,6 @@ func readMetrics(cfg *config.Config, stage string) []qc.CycleMetrics {
 		}
 	}
 	return out
-}
-
-func stageDir(stage string) string {
-	return map[string]string{"stitch": "stitched", "decon": "deconvolved", "edf": "edf", "registration": "registered"}[stage]
 }
 
 // missingNote says which cycles have no metrics for a stage.
@@ -638,7 +634,7 @@ func readPNG(path string) (image.Image, error) {
 func overviewFigure(cfg *config.Config, stage string, cm qc.CycleMetrics, title string) *plot.Figure {
 	var panels []plot.ImagePanel
 	for _, ch := range cm.Channels {
-		img, err := readPNG(filepath.Join(cfg.ProjectDir, "qc_plots", stage, ch.Overview))
+		img, err := readPNG(filepath.Join(layout.QCStage(cfg.ProjectDir, stage), ch.Overview))
 		if err != nil || len(ch.Planes) == 0 {
 			continue
 		}

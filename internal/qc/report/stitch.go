@@ -98,9 +98,9 @@ func Seams(ctx context.Context, cfg *config.Config, cycle, ch, z int, pos []tile
 	if err != nil {
 		return nil, err
 	}
-	basic := filepath.Join(cfg.ProjectDir, "data", "processed", "stitched", layout.CycleName(cycle), fmt.Sprintf("CH%d", ch), "basic")
-	flat, errF := tiffio.ReadFloat32(filepath.Join(basic, fmt.Sprintf("%02d_flatfield.tif", z)))
-	dark, errD := tiffio.ReadFloat32(filepath.Join(basic, fmt.Sprintf("%02d_darkfield.tif", z)))
+	basic := filepath.Join(layout.Stitched(cfg.ProjectDir, cycle), layout.ChannelDir(ch), layout.BaSiCDir)
+	flat, errF := tiffio.ReadFloat32(filepath.Join(basic, layout.Flatfield(z)))
+	dark, errD := tiffio.ReadFloat32(filepath.Join(basic, layout.Darkfield(z)))
 	tiles := map[int]*raster.Float32{}
 	get := func(k int) *raster.Float32 {
 		if t, ok := tiles[k]; ok {
@@ -155,7 +155,7 @@ func Seams(ctx context.Context, cfg *config.Config, cycle, ch, z int, pos []tile
 
 func stitchOverview(ctx context.Context, cfg *config.Config, c int, ms []qc.CycleMetrics, logs []StageLog) (*plot.Figure, []string, string) {
 	name := layout.CycleName(c)
-	pos, err := readPositions(filepath.Join(cfg.ProjectDir, "data", "processed", "stitched", name, "tile_positions.csv"))
+	pos, err := readPositions(filepath.Join(layout.Stitched(cfg.ProjectDir, c), layout.TilePositionsName))
 	if err != nil {
 		return nil, nil, fmt.Sprintf("%s: no tile grid or seams (%v)", name, err)
 	}
@@ -215,7 +215,7 @@ func stitchOverview(ctx context.Context, cfg *config.Config, c int, ms []qc.Cycl
 	if chm == nil || len(chm.Planes) == 0 {
 		return nil, row, note
 	}
-	img, err := readPNG(filepath.Join(cfg.ProjectDir, "qc_plots", "stitch", chm.Overview))
+	img, err := readPNG(filepath.Join(layout.QCStage(cfg.ProjectDir, layout.Stitch), chm.Overview))
 	if err != nil {
 		return nil, row, joinNotes(note, fmt.Sprintf("%s: overview: %v", name, err))
 	}
@@ -356,17 +356,17 @@ func basicFigures(cfg *config.Config) (Table, []*plot.Figure, []string) {
 		var flats, darks []plot.ImagePanel
 		missing := 0
 		for _, ch := range cfg.Channels {
-			dir := filepath.Join(cfg.ProjectDir, "data", "processed", "stitched", layout.CycleName(c), fmt.Sprintf("CH%d", ch), "basic")
-			ents, _ := filepath.Glob(filepath.Join(dir, "*_flatfield.tif"))
+			dir := filepath.Join(layout.Stitched(cfg.ProjectDir, c), layout.ChannelDir(ch), layout.BaSiCDir)
+			ents, _ := filepath.Glob(filepath.Join(dir, "*"+layout.FlatfieldSuffix))
 			sort.Strings(ents)
 			if len(ents) == 0 {
 				missing++
 				continue
 			}
 			for i, fp := range ents {
-				zs := strings.TrimSuffix(filepath.Base(fp), "_flatfield.tif")
+				zs := strings.TrimSuffix(filepath.Base(fp), layout.FlatfieldSuffix)
 				flat, err1 := tiffio.ReadFloat32(fp)
-				dark, err2 := tiffio.ReadFloat32(filepath.Join(dir, zs+"_darkfield.tif"))
+				dark, err2 := tiffio.ReadFloat32(filepath.Join(dir, zs+layout.DarkfieldSuffix))
 				if err1 != nil || err2 != nil {
 					t.Rows = append(t.Rows, []string{layout.CycleName(c), fmt.Sprintf("CH%d", ch), zs, "unreadable", "unreadable"})
 					continue
