@@ -113,7 +113,7 @@ func runEDF(ctx context.Context, f flags) error {
 			return nil
 		}
 	}
-	g := edf.GateFromConfig(config.DefaultQualityGate())
+	g := edfstage.Gate(config.DefaultQualityGate())
 	p := edf.DefaultParams()
 	var sum gpu.EDFTimings
 	var planes []*raster.Gray16
@@ -349,7 +349,7 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 	if err != nil {
 		return err
 	}
-	want, err := eng.EDF(ctx, planes, edf.GateFromConfig(cfg.QualityGate), edf.FromConfig(cfg.EDF))
+	want, err := eng.EDF(ctx, planes, edfstage.Gate(cfg.QualityGate), edfstage.Params(cfg.EDF))
 	if err != nil {
 		return err
 	}

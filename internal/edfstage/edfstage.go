@@ -179,11 +179,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	p := edf.FromConfig(cfg.EDF)
+	p := Params(cfg.EDF)
 	if err := p.Validate(); err != nil {
 		return nil, staging.Inputf("%s: %w", cfg.Path, err)
 	}
-	g := edf.GateFromConfig(cfg.QualityGate)
+	g := Gate(cfg.QualityGate)
 	in := InputDir(cfg.ProjectDir, o.Cycle)
 	if err := staging.RequireSentinel(in, o.Cycle, "decon"); err != nil {
 		return nil, err

@@ -85,7 +85,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := OutDir(cfg.ProjectDir, 1)
-	g := edf.GateFromConfig(cfg.QualityGate)
+	g := Gate(cfg.QualityGate)
 	for i, ch := range []int{1, 2} {
 		name := cfg.EDFFileName(1, ch)
 		if want := []string{"DAPI-01.tif", "Blank.tif"}[i]; name != want {
@@ -95,7 +95,7 @@ func TestRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := edf.CPU{Workers: 1}.EDF(context.Background(), stacks[i], g, edf.FromConfig(cfg.EDF))
+		want, err := edf.CPU{Workers: 1}.EDF(context.Background(), stacks[i], g, Params(cfg.EDF))
 		if err != nil {
 			t.Fatal(err)
 		}

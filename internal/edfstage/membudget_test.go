@@ -137,7 +137,7 @@ func TestMemBudgetHeld(t *testing.T) {
 		t.Fatalf("unconstrained run wrote %d planes, want %d", len(want), budgetChannels)
 	}
 	// The smallest working set, from the stage's own model of this cycle.
-	p := edf.FromConfig(cfg.EDF)
+	p := Params(cfg.EDF)
 	m := newMemModel(edf.CPU{Workers: workers}, budgetZ, budgetH, budgetW, workers, p, 0, 0, "")
 	ps := m.plans()
 	minNeed := m.need(ps[len(ps)-1])

@@ -266,7 +266,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	workers := max(1, o.Workers)
-	p := register.ParamsFromConfig(cfg.Registration)
+	p := Params(cfg.Registration)
 	p.Workers = workers
 	if err := p.Check(); err != nil {
 		return nil, staging.Inputf("config %s: registration: %w", cfg.Path, err)

@@ -298,7 +298,7 @@ func TestSingleCycle(t *testing.T) {
 func TestPair(t *testing.T) {
 	cfg, _ := project(t, 2)
 	out := t.TempDir()
-	p := register.ParamsFromConfig(cfg.Registration)
+	p := Params(cfg.Registration)
 	fixed := filepath.Join(EDFDir(cfg.ProjectDir, 1), cfg.EDFFileName(1, 1))
 	moving := filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 1))
 	r, err := Pair(context.Background(), register.CPU{Workers: 2}, p, fixed, moving, out)
