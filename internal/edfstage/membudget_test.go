@@ -15,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -107,7 +108,7 @@ func budgetProject(t *testing.T) (string, *config.Config) {
 			}
 		}
 	}
-	if err := os.WriteFile(filepath.Join(InputDir(dir, 1), ".snakemake_complete"), []byte("stage=decon\n"), 0o644); err != nil {
+	if err := os.WriteFile(layout.Sentinel(InputDir(dir, 1)), []byte("stage=decon\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path, cfg

@@ -253,8 +253,8 @@ func TestStages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out := filepath.Join(p.dir, "qc_plots", stage)
-			kv, err := os.ReadFile(filepath.Join(p.dir, "qc_plots", ".snakemake_complete_"+stage))
+			out := layout.QCStage(p.dir, stage)
+			kv, err := os.ReadFile(layout.QCSentinel(p.dir, stage))
 			if err != nil || !strings.Contains(string(kv), "stage=qc_"+stage+"\n") || !strings.Contains(string(kv), "cycles=2\n") {
 				t.Errorf("sentinel: %q %v", kv, err)
 			}
@@ -474,10 +474,10 @@ func TestMissingInput(t *testing.T) {
 		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "CD3_/_x.tif") && !strings.Contains(err.Error(), p.cfg.EDFFileName(2, 2)) {
 			t.Errorf("%s: err = %v, want ErrInput naming %s", stage, err, victim)
 		}
-		if _, err := os.Stat(filepath.Join(p.dir, "qc_plots", stage)); !os.IsNotExist(err) {
+		if _, err := os.Stat(layout.QCStage(p.dir, stage)); !os.IsNotExist(err) {
 			t.Errorf("%s: qc_plots/%s exists after a failure", stage, stage)
 		}
-		if _, err := os.Stat(filepath.Join(p.dir, "qc_plots", ".snakemake_complete_"+stage)); !os.IsNotExist(err) {
+		if _, err := os.Stat(layout.QCSentinel(p.dir, stage)); !os.IsNotExist(err) {
 			t.Errorf("%s: sentinel written after a failure", stage)
 		}
 	}

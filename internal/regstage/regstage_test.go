@@ -118,7 +118,7 @@ func TestRun(t *testing.T) {
 	if info, err := tiffio.ReadInfo(filepath.Join(out, OMEName)); err != nil || info.Pages != 6 || info.Width != testW || info.Height != testH {
 		t.Errorf("OME-TIFF: %v %+v, want 6 channels of %dx%d", err, info, testW, testH)
 	}
-	b, err := os.ReadFile(filepath.Join(out, ".snakemake_complete"))
+	b, err := os.ReadFile(layout.Sentinel(out))
 	if err != nil || !strings.Contains(string(b), "stage=registration") || !strings.Contains(string(b), "cycles=1,2,3") {
 		t.Errorf("sentinel: %v %q", err, b)
 	}
@@ -180,7 +180,7 @@ func TestBadInput(t *testing.T) {
 	be := register.CPU{Workers: 2}
 	t.Run("missing sentinel", func(t *testing.T) {
 		cfg, _ := project(t, 2)
-		p := filepath.Join(EDFDir(cfg.ProjectDir, 2), ".snakemake_complete")
+		p := layout.Sentinel(EDFDir(cfg.ProjectDir, 2))
 		os.Remove(p)
 		_, err := run(cfg, be)
 		wantInput(t, err, p)
@@ -288,7 +288,7 @@ func TestSingleCycle(t *testing.T) {
 			t.Errorf("channel %d not copied: %v", ch, err)
 		}
 	}
-	b, _ := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir), ".snakemake_complete"))
+	b, _ := os.ReadFile(layout.Sentinel(OutDir(cfg.ProjectDir)))
 	if !strings.Contains(string(b), "method=copy_single_cycle") {
 		t.Errorf("sentinel %q", b)
 	}
