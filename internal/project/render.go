@@ -254,7 +254,6 @@ func (p *Project) writeStages(y *yamlWriter) {
 	w("  spillover:", "")
 	w("    enabled: false", "")
 	w("", "")
-
 }
 
 // writeResources writes resources: the accounts, their slot totals, the
