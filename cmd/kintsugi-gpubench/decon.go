@@ -419,7 +419,7 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 				return err
 			}
 		}
-		if err := staging.WriteSentinel(filepath.Join(in, staging.SentinelName), [][2]string{{"stage", "stitch"}, {"cycle", "1"}}); err != nil {
+		if err := staging.WriteSentinel(layout.Sentinel(in), [][2]string{{"stage", "stitch"}, {"cycle", "1"}}); err != nil {
 			return err
 		}
 		fmt.Printf("decon stage: wrote %d channels of %d stitched planes of %d x %d px (%.1f GB uint16 per channel) in %.1f s to %s\n",
