@@ -16,6 +16,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
@@ -95,7 +96,7 @@ func edfReport(c *cli.Context) error {
 		seeds[i] = uint64(i + 1)
 	}
 	r, err := accuracy.EvaluateEDF(c.Context, synth.DefaultEDFStack(), seeds, edf.DefaultParams(),
-		edf.GateFromConfig(config.DefaultQualityGate()), runtime.NumCPU())
+		edfstage.Gate(config.DefaultQualityGate()), runtime.NumCPU())
 	return output(c, r, err, accuracy.WriteEDFTable)
 }
 

@@ -2,7 +2,8 @@
 // KINTSUGI project directory, as the original's `kintsugi workflow config`
 // does.
 //
-//	kintsugi-config check FILE            load + validate; print the resolved channel names as JSON
+//	kintsugi-config check FILE            load + validate; print the resolved channel names and the
+//	                                      project layout as JSON
 //	kintsugi-config check --raw FILE...   syntax-level checks of the raw files only
 //	kintsugi-config init --project DIR    write DIR/config.yaml from meta/ and data/raw/
 package main
@@ -16,6 +17,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/assign"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 func main() { cliutil.Main(newApp(assign.ExecRunner(slurmTimeout))) }
@@ -27,7 +29,8 @@ func newApp(run assign.Runner) *cli.App {
 	app := cliutil.NewApp("kintsugi-config",
 		"check a pipeline config.yaml, or write one for a KINTSUGI project",
 		`  kintsugi-config check FILE            load and validate a config (schema, every channel-name
-                                        rule); print its resolved channel names as JSON
+                                        rule); print its resolved channel names and the project's
+                                        layout (absolute paths) as JSON
   kintsugi-config check --raw FILE...   syntax-level checks of raw config files only
   kintsugi-config init --project DIR    write a complete config.yaml from DIR/meta/experiment.json,
                                         DIR/meta/CHANNELNAMES.txt and DIR/data/raw/`,
@@ -39,7 +42,7 @@ func newApp(run assign.Runner) *cli.App {
 func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
-		Usage:     "validate a config; print its channel names, EDF file names and renames as JSON",
+		Usage:     "validate a config; print its channel names, EDF file names, renames and layout as JSON",
 		ArgsUsage: "FILE | --raw FILE...",
 		Description: `Loads FILE as every executable does: the schema, the rules a schema cannot express and
 every channel-name rule (characters, empty names, file-name length, duplicates). Duplicate
@@ -48,10 +51,19 @@ names are made unique by the original's rule (cycle 1 [DAPI-01, Blank, Blank, Bl
 DAPI_cycNN). Prints on stdout:
   {"channel_names": {"<cycle>": [resolved names in config order]},
    "edf_files": {"<cycle>": ["DAPI-01.tif", ...]},
-   "renamed": [{"cycle": 1, "channel": 3, "from": "Blank", "to": "Blank_1b"}, ...]}
+   "renamed": [{"cycle": 1, "channel": 3, "from": "Blank", "to": "Blank_1b"}, ...],
+   "layout": {"processed": P, "qc_dir": Q, "log_dir": ..., "config_json": ...,
+              "cycle_label": {"1": "01", ...}, "raw_dir": {"1": ".../data/raw/cyc001_...", ...},
+              "sentinel": {"stitch": "P/stitched/cyc{cycle}/.snakemake_complete", "decon": ...,
+                           "edf": ..., "registration": "P/registered/.snakemake_complete"},
+              "qc_sentinel": {"stitch": "Q/.snakemake_complete_stitch", ...},
+              "qc_report": "Q/report.html"}}
 channel_names has every cycle of the config's channel_names; edf_files every cycle of
 cycles, one file per channel of channels (CH{c}_edf.tif where a cycle has no names);
-channel is 1-based. An invalid config prints nothing on stdout and exits 2, naming the
+channel is 1-based. layout (internal/layout) has absolute paths: project_dir made
+absolute against the working directory; raw_dir resolved now, per cycle of cycles, by
+the original's cycle-directory variants (data/raw/cycNN when none exists); {cycle} is
+the Snakefile's wildcard (cycle_label's value). An invalid config prints nothing on stdout and exits 2, naming the
 file and key (e.g. channel_names.1[2]).
 
 With --raw, each FILE is only parsed: at most 1 MiB, one YAML document, no anchors or
@@ -88,7 +100,18 @@ func check(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	lay, err := layout.ForSnakemake(cfg.ProjectDir, cfg.Cycles)
+	if err != nil {
+		return err
+	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(cfg.Names())
+	return enc.Encode(checkReport{NameReport: cfg.Names(), Layout: lay})
+}
+
+// checkReport is what `check` prints: the config's names and the project's
+// layout for the Snakefile.
+type checkReport struct {
+	config.NameReport
+	Layout layout.Snakemake `json:"layout"`
 }

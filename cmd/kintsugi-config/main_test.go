@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // execute runs the app as main would, with no SLURM commands to run, and
@@ -76,6 +78,10 @@ func TestCheckContract(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
 	}
+	if _, ok := got["layout"].(map[string]any); !ok {
+		t.Errorf("no layout object: %v", got["layout"])
+	}
+	delete(got, "layout") // TestCheckLayout
 	want := map[string]any{
 		"channel_names": map[string]any{
 			"1": []any{"DAPI-01", "Blank_1a", "Blank_1b", "Blank_1c"},
@@ -313,5 +319,83 @@ func TestInitErrors(t *testing.T) {
 				t.Errorf("%s written on error", out)
 			}
 		})
+	}
+}
+
+// TestCheckLayout: the "layout" object the Snakefile reads, for a real
+// project directory given relative to the working directory (the Snakefile
+// makes project_dir absolute the same way), is the layout package's, with
+// exactly the keys the Snakefile uses and the original's spellings.
+func TestCheckLayout(t *testing.T) {
+	base := t.TempDir()
+	proj := filepath.Join(base, "proj")
+	// Cycle 1 in the original's dated form, cycle 2 not acquired yet, cycle 10 exact.
+	for _, d := range []string{"cyc001_reg001_20250101", "cyc01", "cyc10"} {
+		if err := os.MkdirAll(filepath.Join(proj, "data", "raw", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(base)
+	text := strings.Replace(issueConfig, "project_dir: /data/p", "project_dir: proj", 1)
+	text = strings.Replace(text, "cycles: [1, 2]", "cycles: [1, 2, 10]", 1)
+	code, out, msg := execute(t, "check", write(t, "config.yaml", text))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, msg)
+	}
+	var doc struct {
+		Layout map[string]json.RawMessage `json:"layout"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	keys := []string{"processed", "qc_dir", "log_dir", "config_json", "cycle_label", "raw_dir", "sentinel", "qc_sentinel", "qc_report"}
+	if len(doc.Layout) != len(keys) {
+		t.Errorf("layout keys %d, want exactly %v", len(doc.Layout), keys)
+	}
+	var lay layout.Snakemake
+	raw, _ := json.Marshal(doc.Layout)
+	if err := json.Unmarshal(raw, &lay); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if _, ok := doc.Layout[k]; !ok {
+			t.Errorf("layout lacks %q", k)
+		}
+	}
+	j := func(parts ...string) string { return filepath.Join(append([]string{proj}, parts...)...) }
+	for _, tc := range []struct{ key, got, want, pkg string }{
+		{"processed", lay.Processed, j("data", "processed"), layout.ProcessedDir(proj)},
+		{"qc_dir", lay.QCDir, j("qc_plots"), layout.QCDir(proj)},
+		{"log_dir", lay.LogDir, j("slurm", "logs", "snakemake"), layout.Logs(proj)},
+		{"config_json", lay.ConfigJSON, j(".kintsugi", "config.json"), layout.Config(proj)},
+		{"qc_report", lay.QCReport, j("qc_plots", "report.html"), layout.QCReport(proj)},
+		{"raw_dir.1", lay.RawDir["1"], j("data", "raw", "cyc001_reg001_20250101"), layout.RawCycleDir(proj, 1)},
+		{"raw_dir.2", lay.RawDir["2"], j("data", "raw", "cyc02"), layout.RawCycleDir(proj, 2)},
+		{"raw_dir.10", lay.RawDir["10"], j("data", "raw", "cyc10"), layout.RawCycleDir(proj, 10)},
+		{"sentinel.stitch", lay.Sentinel["stitch"], j("data", "processed", "stitched", "cyc{cycle}", ".snakemake_complete"), ""},
+		{"sentinel.decon", lay.Sentinel["decon"], j("data", "processed", "deconvolved", "cyc{cycle}", ".snakemake_complete"), ""},
+		{"sentinel.edf", lay.Sentinel["edf"], j("data", "processed", "edf", "cyc{cycle}", ".snakemake_complete"), ""},
+		{"sentinel.registration", lay.Sentinel["registration"], j("data", "processed", "registered", ".snakemake_complete"), layout.StageSentinel(proj, layout.Registration, 1)},
+	} {
+		if tc.got != tc.want || (tc.pkg != "" && tc.got != tc.pkg) {
+			t.Errorf("layout.%s = %q, want %q (package: %q)", tc.key, tc.got, tc.want, tc.pkg)
+		}
+	}
+	for _, st := range layout.Stages {
+		for _, c := range []int{1, 2, 10} {
+			filled := strings.ReplaceAll(lay.Sentinel[st], "{cycle}", lay.CycleLabel[strconv.Itoa(c)])
+			if want := layout.StageSentinel(proj, st, c); filled != want {
+				t.Errorf("sentinel.%s with cycle %d: %s, want %s", st, c, filled, want)
+			}
+		}
+		if want := j("qc_plots", ".snakemake_complete_"+st); lay.QCSentinel[st] != want || want != layout.QCSentinel(proj, st) {
+			t.Errorf("qc_sentinel.%s = %q, want %q", st, lay.QCSentinel[st], want)
+		}
+	}
+	if len(lay.Sentinel) != 4 || len(lay.QCSentinel) != 4 {
+		t.Errorf("sentinel %v, qc_sentinel %v: want the four stages", lay.Sentinel, lay.QCSentinel)
+	}
+	if !reflect.DeepEqual(lay.CycleLabel, map[string]string{"1": "01", "2": "02", "10": "10"}) || len(lay.RawDir) != 3 {
+		t.Errorf("cycle_label %v, raw_dir %v", lay.CycleLabel, lay.RawDir)
 	}
 }

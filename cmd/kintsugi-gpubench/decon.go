@@ -18,6 +18,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/deconstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
@@ -256,7 +257,7 @@ func deconBenchWrite(ctx context.Context, f flags, out *raster.Stack) {
 	t0 := time.Now()
 	err := par.ForEach(ctx, out.N, f.workers, func(z int) error {
 		pg := &raster.Gray16{W: out.W, H: out.H, Pix: decon.Quantize(nil, out.Plane(z))}
-		return tiffio.WriteGray16(filepath.Join(dir, fmt.Sprintf("deconv_%03d.tif", z+1)), pg)
+		return tiffio.WriteGray16(filepath.Join(dir, layout.DeconPlane(z+1)), pg)
 	})
 	fmt.Printf("TIFF write of one channel (%d uint16 planes, incl. rounding): %.2f s (err %v)\n", out.N, time.Since(t0).Seconds(), err)
 	os.RemoveAll(dir)
@@ -436,7 +437,7 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 			}
 			const T = 512
 			sc := decon.NewScene(uint64(ch), df.z, T, T, k, 3)
-			dir := filepath.Join(in, fmt.Sprintf("CH%d", ch))
+			dir := filepath.Join(in, layout.ChannelDir(ch))
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
@@ -450,13 +451,13 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 						copy(dst[x:min(df.w, x+T)], src)
 					}
 				}
-				return tiffio.WriteGray16(filepath.Join(dir, fmt.Sprintf("%02d.tif", z+1)), pg)
+				return tiffio.WriteGray16(filepath.Join(dir, layout.StitchedPlane(z+1)), pg)
 			})
 			if err != nil {
 				return err
 			}
 		}
-		if err := staging.WriteSentinel(filepath.Join(in, staging.SentinelName), [][2]string{{"stage", "stitch"}, {"cycle", "1"}}); err != nil {
+		if err := staging.WriteSentinel(layout.Sentinel(in), [][2]string{{"stage", "stitch"}, {"cycle", "1"}}); err != nil {
 			return err
 		}
 		fmt.Printf("decon stage: wrote %d channels of %d stitched planes of %d x %d px (%.1f GB uint16 per channel) in %.1f s to %s\n",

@@ -16,6 +16,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -112,7 +113,7 @@ func runEDF(ctx context.Context, f flags) error {
 			return nil
 		}
 	}
-	g := edf.GateFromConfig(config.DefaultQualityGate())
+	g := edfstage.Gate(config.DefaultQualityGate())
 	p := edf.DefaultParams()
 	var sum gpu.EDFTimings
 	var planes []*raster.Gray16
@@ -253,7 +254,7 @@ func edfBenchIO(ctx context.Context, eng *gpu.Engine, f flags, planes []*raster.
 	defer os.RemoveAll(dir)
 	files := make([]string, len(planes))
 	for k := range files {
-		files[k] = filepath.Join(dir, fmt.Sprintf("deconv_%03d.tif", k+1))
+		files[k] = filepath.Join(dir, layout.DeconPlane(k+1))
 	}
 	tw := time.Now()
 	if err := par.ForEach(ctx, len(planes), f.workers, func(k int) error { return tiffio.WriteGray16(files[k], planes[k]) }); err != nil {
@@ -304,17 +305,17 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 			if err != nil {
 				return err
 			}
-			d := filepath.Join(edfstage.InputDir(dir, 1), fmt.Sprintf("CH%d", ch))
+			d := filepath.Join(edfstage.InputDir(dir, 1), layout.ChannelDir(ch))
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err
 			}
 			if err := par.ForEach(ctx, len(planes), f.workers, func(k int) error {
-				return tiffio.WriteGray16(filepath.Join(d, fmt.Sprintf("deconv_%03d.tif", k+1)), planes[k])
+				return tiffio.WriteGray16(filepath.Join(d, layout.DeconPlane(k+1)), planes[k])
 			}); err != nil {
 				return err
 			}
 		}
-		if err := os.WriteFile(filepath.Join(edfstage.InputDir(dir, 1), ".snakemake_complete"), []byte("stage=decon\n"), 0o644); err != nil {
+		if err := os.WriteFile(layout.Sentinel(edfstage.InputDir(dir, 1)), []byte("stage=decon\n"), 0o644); err != nil {
 			return err
 		}
 		if err := synth.WriteConfig(cfgPath, o, nil); err != nil {
@@ -373,7 +374,7 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 	if err != nil {
 		return err
 	}
-	want, err := eng.EDF(ctx, planes, edf.GateFromConfig(cfg.QualityGate), edf.FromConfig(cfg.EDF))
+	want, err := eng.EDF(ctx, planes, edfstage.Gate(cfg.QualityGate), edfstage.Params(cfg.EDF))
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
@@ -478,7 +479,7 @@ func reportAccuracy(res *stitch.Result, truth []raster.Point, flats [][]float64,
 	}
 	fmt.Printf("accuracy: tile positions %d/%d within 1 px of the truth, worst %.2f px (tile %d)\n", within, len(truth), worst, at+1)
 	// Flatfield of CH1 at the reference z against the truth.
-	ff, err := tiffio.ReadFloat32(filepath.Join(res.OutDir, "CH1", "basic", fmt.Sprintf("%02d_flatfield.tif", o.RefZ())))
+	ff, err := tiffio.ReadFloat32(filepath.Join(res.OutDir, layout.ChannelDir(1), layout.BaSiCDir, layout.Flatfield(o.RefZ())))
 	if err != nil {
 		fmt.Println("accuracy: flatfield not read:", err)
 		return
@@ -491,7 +492,7 @@ func reportAccuracy(res *stitch.Result, truth []raster.Point, flats [][]float64,
 	}
 	fmt.Printf("accuracy: CH1 Z%02d flatfield RMS error %.2f %%, worst %.2f %% (truth: 30 %% vignetting)\n",
 		o.RefZ(), 100*math.Sqrt(ss/float64(len(ff.Pix))), 100*worstF)
-	df, err := tiffio.ReadFloat32(filepath.Join(res.OutDir, "CH1", "basic", fmt.Sprintf("%02d_darkfield.tif", o.RefZ())))
+	df, err := tiffio.ReadFloat32(filepath.Join(res.OutDir, layout.ChannelDir(1), layout.BaSiCDir, layout.Darkfield(o.RefZ())))
 	if err == nil {
 		var m float64
 		for _, v := range df.Pix {

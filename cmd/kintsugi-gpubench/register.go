@@ -18,6 +18,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -121,7 +122,7 @@ func (p *regProject) write(ctx context.Context, cycle int, imgs []*raster.Gray16
 		p.nBytes += int64(len(g.Pix)) * 2
 	}
 	p.wrote += time.Since(t0)
-	return os.WriteFile(filepath.Join(d, ".snakemake_complete"), []byte("stage=edf\n"), 0o644)
+	return os.WriteFile(layout.Sentinel(d), []byte("stage=edf\n"), 0o644)
 }
 
 // timedBackend sums the wall time of each Backend method.
@@ -308,7 +309,7 @@ func printRegSteps(tb *timedBackend, n int, total, gen time.Duration) {
 // and prints its wall time, peak host memory and peak GPU memory.
 func runRegStage(ctx context.Context, f flags, eng *gpu.Engine, proj *regProject) error {
 	if proj.nBytes == 0 {
-		filepath.Walk(filepath.Join(proj.dir, "data", "processed", "edf"), func(_ string, fi os.FileInfo, err error) error {
+		filepath.Walk(filepath.Join(layout.ProcessedDir(proj.dir), layout.EDFDir), func(_ string, fi os.FileInfo, err error) error {
 			if err == nil && !fi.IsDir() && filepath.Ext(fi.Name()) == ".tif" {
 				proj.nBytes += fi.Size()
 			}

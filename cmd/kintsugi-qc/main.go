@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/report"
 )
@@ -111,7 +111,7 @@ func run(c *cli.Context) error {
 	}
 	lg.Info("qc", "stage", c.String("stage"), "workers", workers, "from", from)
 	ctx, err := cliutil.LockContext(c.Context, cliutil.LockJob{Config: cfg, Stage: "qc-" + c.String("stage"),
-		Sentinel: filepath.Join(cfg.ProjectDir, "qc_plots", ".snakemake_complete_"+c.String("stage"))}, nil, lg)
+		Sentinel: layout.QCSentinel(cfg.ProjectDir, c.String("stage"))}, nil, lg)
 	if err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func runReport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	path, size, err := report.Write(r, filepath.Join(cfg.ProjectDir, "qc_plots"))
+	path, size, err := report.Write(r, layout.QCDir(cfg.ProjectDir))
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -49,7 +50,7 @@ func TestExitCodes(t *testing.T) {
 			}
 			if tc.want == 0 && tc.args[0] == "report" {
 				// The report's path on stdout, the page there.
-				p := filepath.Join(dir, "qc_plots", "report.html")
+				p := layout.QCReport(dir)
 				if strings.TrimSpace(out.String()) != p {
 					t.Errorf("printed %q, want %s", out.String(), p)
 				}

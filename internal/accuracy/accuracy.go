@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -101,10 +102,8 @@ type PositionReport struct {
 	WorstPair [2]int  `json:"worst_pair"` // tile numbers (A, B) of PairMax
 }
 
-// StitchDir is data/processed/stitched/cycNN.
-func StitchDir(projectDir string, cycle int) string {
-	return filepath.Join(projectDir, "data", "processed", "stitched", fmt.Sprintf("cyc%02d", cycle))
-}
+// StitchDir is data/processed/stitched/cycNN (layout.Stitched).
+func StitchDir(projectDir string, cycle int) string { return layout.Stitched(projectDir, cycle) }
 
 // Evaluate scores the stitch outputs of cycle against the project's truth.
 // Missing output files are listed in Report.Missing; it is an error when
@@ -132,7 +131,7 @@ func Evaluate(projectDir string, cycle int) (Report, error) {
 
 	// Positions first: the NCC alignment uses them.
 	var offY, offX float64
-	posPath := filepath.Join(sdir, "tile_positions.csv")
+	posPath := filepath.Join(sdir, layout.TilePositionsName)
 	if est, err := readPositions(posPath); errors.Is(err, os.ErrNotExist) {
 		rep.Missing = append(rep.Missing, rel(posPath))
 	} else if err != nil {
@@ -158,15 +157,15 @@ func Evaluate(projectDir string, cycle int) (Report, error) {
 			return rep, fmt.Errorf("%w: true darkfield: %w", ErrBadInput, err)
 		}
 		cr := ChannelReport{Channel: c, FlatBaselineRMS: rmsDiff(normalised(flatT.Pix), nil), DarkTrueMean: mean(darkT.Pix)}
-		chDir := filepath.Join(sdir, fmt.Sprintf("CH%d", c))
+		chDir := filepath.Join(sdir, layout.ChannelDir(c))
 		if _, err := os.Stat(chDir); errors.Is(err, os.ErrNotExist) {
 			rep.Missing = append(rep.Missing, rel(chDir))
 			continue
 		}
 		flatTN := normalised(flatT.Pix)
 		for z := 1; z <= tr.NZPlanes; z++ {
-			fp := filepath.Join(chDir, "basic", fmt.Sprintf("%02d_flatfield.tif", z))
-			dp := filepath.Join(chDir, "basic", fmt.Sprintf("%02d_darkfield.tif", z))
+			fp := filepath.Join(chDir, layout.BaSiCDir, layout.Flatfield(z))
+			dp := filepath.Join(chDir, layout.BaSiCDir, layout.Darkfield(z))
 			flat, err1 := readProfile(fp, flatT)
 			dark, err2 := readProfile(dp, darkT)
 			for _, e := range []struct {
@@ -205,7 +204,7 @@ func Evaluate(projectDir string, cycle int) (Report, error) {
 			if sc.Channel != c || sc.Z != tr.RefZ {
 				continue
 			}
-			sp := filepath.Join(chDir, fmt.Sprintf("%02d.tif", sc.Z))
+			sp := filepath.Join(chDir, layout.StitchedPlane(sc.Z))
 			ncc, err := sceneNCC(sp, filepath.Join(gt, sc.File), -offY, -offX)
 			if errors.Is(err, os.ErrNotExist) {
 				rep.Missing = append(rep.Missing, rel(sp))

@@ -25,6 +25,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 //go:embed schema/config.schema.json
@@ -536,7 +538,10 @@ func parseLive(v any) ([]LiveAccount, error) {
 }
 
 // CycleName formats a cycle number as the original's two-digit name (cyc01).
-func CycleName(c int) string { return fmt.Sprintf("cyc%02d", c) }
+//
+// Deprecated: use layout.CycleName (kept for branches merged after the
+// layout package; nothing in this tree calls it).
+func CycleName(c int) string { return layout.CycleName(c) }
 
 // ParseLiveAccounts parses live availability given as a JSON list.
 func ParseLiveAccounts(s string) ([]LiveAccount, error) { return parseLive(s) }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // MaxFileNameBytes bounds a channel's output file name (the marker's file
@@ -114,7 +116,7 @@ func UniqueNames(names map[int][]string, dapiAlways bool) (map[int][]string, []R
 			switch dup := count[nameKey(n)] > 1; {
 			case IsDAPI(n):
 				if c > 1 && (dup || dapiAlways) {
-					to = fmt.Sprintf("DAPI_cyc%02d", c)
+					to = "DAPI_" + layout.CycleName(c)
 				}
 			case dup:
 				to = n + "_" + strconv.Itoa(c) + channelLetter(i)

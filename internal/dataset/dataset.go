@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -35,28 +36,15 @@ func inputErr(format string, args ...any) error {
 }
 
 // ResolveCycleDir finds the raw directory of cycle n under <project>/data/raw,
-// trying the original's variants in order: cyc{n:03d}_*, cyc{n:02d}_*,
-// Cyc{n:02d}_* (first sorted match), then exactly cyc{n:03d}, cyc{n:02d},
-// Cyc{n:02d}.
+// trying the original's variants in order (layout.ResolveRawCycleDir):
+// cyc{n:03d}_*, cyc{n:02d}_*, Cyc{n:02d}_* (first sorted match), then exactly
+// cyc{n:03d}, cyc{n:02d}, Cyc{n:02d}.
 func ResolveCycleDir(project string, n int) (string, error) {
-	raw := filepath.Join(project, "data", "raw")
-	for _, pat := range []string{fmt.Sprintf("cyc%03d_*", n), fmt.Sprintf("cyc%02d_*", n), fmt.Sprintf("Cyc%02d_*", n)} {
-		m, _ := filepath.Glob(filepath.Join(raw, pat))
-		sort.Strings(m)
-		for _, d := range m {
-			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-				return d, nil
-			}
-		}
+	if d, ok := layout.ResolveRawCycleDir(project, n); ok {
+		return d, nil
 	}
-	for _, name := range []string{fmt.Sprintf("cyc%03d", n), fmt.Sprintf("cyc%02d", n), fmt.Sprintf("Cyc%02d", n)} {
-		d := filepath.Join(raw, name)
-		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-			return d, nil
-		}
-	}
-	return "", inputErr("cycle %d: no raw directory under %s (tried cyc%03d_*, cyc%02d_*, Cyc%02d_*, cyc%03d, cyc%02d, Cyc%02d)",
-		n, raw, n, n, n, n, n, n)
+	return "", inputErr("cycle %d: no raw directory under %s (tried %s)",
+		n, layout.RawDir(project), strings.Join(append(layout.RawCycleGlobs(n), layout.RawCycleNames(n)...), ", "))
 }
 
 // tileName matches raw tile files; z may have 2 or 3 digits (the original

@@ -50,6 +50,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
@@ -166,15 +167,11 @@ type Result struct {
 	Plan             string
 }
 
-// InputDir is the stitched directory of a cycle.
-func InputDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "stitched", config.CycleName(cycle))
-}
+// InputDir is the stitched directory of a cycle (layout.Stitched).
+func InputDir(project string, cycle int) string { return layout.Stitched(project, cycle) }
 
-// OutDir is the stage's output directory of a cycle.
-func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "deconvolved", config.CycleName(cycle))
-}
+// OutDir is the stage's output directory of a cycle (layout.Deconvolved).
+func OutDir(project string, cycle int) string { return layout.Deconvolved(project, cycle) }
 
 // Params returns the decon settings of the config.
 func Params(cfg *config.Config) (decon.Params, error) {
@@ -595,7 +592,7 @@ func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
 		if err != nil {
 			return nil, err
 		}
-		paths, w, h, err := Planes(filepath.Join(in, fmt.Sprintf("CH%d", ch)), cfg.NZPlanes)
+		paths, w, h, err := Planes(filepath.Join(in, layout.ChannelDir(ch)), cfg.NZPlanes)
 		if err != nil {
 			return nil, err
 		}
@@ -706,11 +703,11 @@ func (r *cycleRun) channel(ctx context.Context, i int) error {
 			ch <- next.read(ctx, r.io, true)
 		}(r.ahead)
 	}
-	chDir := filepath.Join(r.stageDir, fmt.Sprintf("CH%d", j.ch))
+	chDir := filepath.Join(r.stageDir, layout.ChannelDir(j.ch))
 	if err := os.MkdirAll(chDir, 0o777); err != nil {
 		return err
 	}
-	planePath := func(z int) string { return filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)) }
+	planePath := func(z int) string { return filepath.Join(chDir, layout.DeconPlane(z+1)) }
 	wrapErr := func(err error) error {
 		err = algInput(err)
 		if errors.Is(err, ErrInput) {
@@ -805,7 +802,7 @@ func (r *cycleRun) finish(dir string) error {
 	for i, c := range res.Channels {
 		its[i] = fmt.Sprint(c.Stats.Iterations)
 	}
-	return staging.WriteSentinel(filepath.Join(dir, ".snakemake_complete"), [][2]string{
+	return staging.WriteSentinel(layout.Sentinel(dir), [][2]string{
 		{"stage", "decon"},
 		{"cycle", fmt.Sprint(o.Cycle)},
 		{"completed", time.Now().UTC().Format(time.RFC3339)},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -49,7 +50,7 @@ func project(t *testing.T, extra map[string]any) (*config.Config, string) {
 			writePlane(t, filepath.Join(chDir, fmt.Sprintf("%02d.tif", z+1)), sc.Noisy.Plane(z), pw, ph)
 		}
 	}
-	os.WriteFile(filepath.Join(in, ".snakemake_complete"), []byte("stage=stitch\n"), 0o644)
+	os.WriteFile(layout.Sentinel(in), []byte("stage=stitch\n"), 0o644)
 	return mustLoad(t, path), dir
 }
 
@@ -118,7 +119,7 @@ func TestRunCPU(t *testing.T) {
 			t.Errorf("channel %d: extra output plane", ch)
 		}
 	}
-	sent, err := os.ReadFile(filepath.Join(out, ".snakemake_complete"))
+	sent, err := os.ReadFile(layout.Sentinel(out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestBadInput(t *testing.T) {
 		mut   func(t *testing.T, in string)
 		want  string
 	}{
-		{"no sentinel", nil, func(t *testing.T, in string) { os.Remove(filepath.Join(in, ".snakemake_complete")) }, ".snakemake_complete"},
+		{"no sentinel", nil, func(t *testing.T, in string) { os.Remove(layout.Sentinel(in)) }, ".snakemake_complete"},
 		{"missing plane", nil, func(t *testing.T, in string) { os.Remove(filepath.Join(in, "CH2", "02.tif")) }, "missing plane 02.tif"},
 		{"missing last plane", nil, func(t *testing.T, in string) { os.Remove(filepath.Join(in, "CH1", "03.tif")) }, "n_zplanes is 3: missing"},
 		{"extra plane", nil, func(t *testing.T, in string) {

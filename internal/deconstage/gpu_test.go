@@ -13,6 +13,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	cuda "github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -56,7 +57,7 @@ func TestRunGPU(t *testing.T) {
 			}
 		}
 	}
-	s, _ := os.ReadFile(filepath.Join(gpuOut, ".snakemake_complete"))
+	s, _ := os.ReadFile(layout.Sentinel(gpuOut))
 	if !bytes.Contains(s, []byte("engine=gpu ")) {
 		t.Errorf("sentinel engine:\n%s", s)
 	}

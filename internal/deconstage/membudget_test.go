@@ -15,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
@@ -101,7 +102,7 @@ func memProject(t *testing.T) (string, *config.Config) {
 			}
 		}
 	}
-	if err := os.WriteFile(filepath.Join(in, ".snakemake_complete"), []byte("stage=stitch\n"), 0o644); err != nil {
+	if err := os.WriteFile(layout.Sentinel(in), []byte("stage=stitch\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path, cfg

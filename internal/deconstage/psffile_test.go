@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -139,7 +140,7 @@ func TestPSFFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := OutDir(dir, 1)
-	sent, _ := os.ReadFile(filepath.Join(out, ".snakemake_complete"))
+	sent, _ := os.ReadFile(layout.Sentinel(out))
 	par, _ := os.ReadFile(filepath.Join(out, "DECONV_parameters.txt"))
 	if !strings.Contains(string(sent), "psf_model=measured") || !strings.Contains(string(par), "psf file: "+filepath.Join(dir, "bead.tif")) {
 		t.Errorf("sentinel %q / parameters %q do not record the measured PSF", sent, par)

@@ -7,7 +7,6 @@ import (
 	"math"
 	"strings"
 
-	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
@@ -23,7 +22,8 @@ const SatLevel = 64000
 // TruncateGauss is scipy.ndimage's default Gaussian truncation (sigmas).
 const TruncateGauss = 4.0
 
-// Params are the EDF settings (config.yaml edf:).
+// Params are the EDF settings (config.yaml edf:; edfstage.Params maps the
+// config's keys to them).
 type Params struct {
 	RadiusX, RadiusY int     // variance window half-sizes, px: window (2r+1)
 	Sigma            float64 // Gaussian pre-filter sigma, px
@@ -32,18 +32,13 @@ type Params struct {
 	WaveletLevels    int     // wavelet levels; 0 = automatic (AutoLevels)
 }
 
-// FromConfig converts the config's edf section.
-func FromConfig(c config.EDF) Params {
-	m := c.Method
-	if m == "" {
-		m = MethodVariance
-	}
-	return Params{RadiusX: c.RadiusX, RadiusY: c.RadiusY, Sigma: c.Sigma, ZSmoothSigma: c.ZSmoothSigma,
-		Method: m, WaveletLevels: c.WaveletLevels}
+// DefaultParams are the original's settings (radius 2, sigma 10, z smoothing
+// 1, variance method, automatic wavelet levels): config.DefaultEDF through
+// edfstage.Params gives the same (edfstage's TestParamsDefaults holds them
+// together).
+func DefaultParams() Params {
+	return Params{RadiusX: 2, RadiusY: 2, Sigma: 10, ZSmoothSigma: 1, Method: MethodVariance}
 }
-
-// DefaultParams are the original's settings (radius 2, sigma 10, z smoothing 1).
-func DefaultParams() Params { return FromConfig(config.DefaultEDF()) }
 
 // Validate checks the parameters; errors name the config key.
 func (p Params) Validate() error {
@@ -64,16 +59,12 @@ func (p Params) Validate() error {
 	return nil
 }
 
-// Gate is the slice quality gate (config.yaml quality_gate:).
+// Gate is the slice quality gate (config.yaml quality_gate:; edfstage.Gate
+// maps the config's keys to it).
 type Gate struct {
 	MaxZeroFrac float64 // a slice with more than this fraction of zero pixels is excluded
 	MaxSatFrac  float64 // ... or more than this fraction of pixels >= SatLevel
 	MinValid    int     // fewer valid slices fail the channel
-}
-
-// GateFromConfig converts the config's quality_gate section.
-func GateFromConfig(q config.QualityGate) Gate {
-	return Gate{MaxZeroFrac: q.MaxZeroPct, MaxSatFrac: q.MaxSatPct, MinValid: q.MinValidSlices}
 }
 
 // SliceStats are one slice's gate counts.

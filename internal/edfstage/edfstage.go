@@ -55,6 +55,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -66,15 +67,11 @@ import (
 // staging.ErrInput, shared by every stage.
 var ErrInput = staging.ErrInput
 
-// InputDir is deconvolved/cycNN of a project.
-func InputDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "deconvolved", config.CycleName(cycle))
-}
+// InputDir is deconvolved/cycNN of a project (layout.Deconvolved).
+func InputDir(project string, cycle int) string { return layout.Deconvolved(project, cycle) }
 
-// OutDir is edf/cycNN of a project.
-func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "edf", config.CycleName(cycle))
-}
+// OutDir is edf/cycNN of a project (layout.EDFOut).
+func OutDir(project string, cycle int) string { return layout.EDFOut(project, cycle) }
 
 // Options configure Run.
 type Options struct {
@@ -118,11 +115,11 @@ type Result struct {
 
 // Stack lists one channel's input planes: deconv_*.tif, sorted by name.
 func Stack(project string, cycle, ch int) ([]string, error) {
-	dir := filepath.Join(InputDir(project, cycle), fmt.Sprintf("CH%d", ch))
+	dir := filepath.Join(InputDir(project, cycle), layout.ChannelDir(ch))
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, staging.Inputf("channel %d: no deconvolved directory %s", ch, dir)
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "deconv_*.tif"))
+	files, err := filepath.Glob(filepath.Join(dir, layout.DeconPlaneGlob))
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +228,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	r.res.Seconds = time.Since(t0).Seconds()
-	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, p, r.res); err != nil {
+	if err := writeSentinel(layout.Sentinel(stage.Path), o, p, r.res); err != nil {
 		return nil, err
 	}
 	if err := stage.Commit(); err != nil {
@@ -262,11 +259,11 @@ func newCycleRun(o Options) (*cycleRun, error) {
 		r.lg = slog.Default()
 	}
 	cfg := r.cfg
-	r.p = edf.FromConfig(cfg.EDF)
+	r.p = Params(cfg.EDF)
 	if err := r.p.Validate(); err != nil {
 		return nil, staging.Inputf("%s: %w", cfg.Path, err)
 	}
-	r.g = edf.GateFromConfig(cfg.QualityGate)
+	r.g = Gate(cfg.QualityGate)
 	in := InputDir(cfg.ProjectDir, o.Cycle)
 	if err := staging.RequireSentinel(in, o.Cycle, "decon"); err != nil {
 		return nil, err

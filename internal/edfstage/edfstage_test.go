@@ -12,6 +12,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -53,7 +54,7 @@ func project(t *testing.T, extra map[string]any) (*config.Config, [][]*raster.Gr
 		}
 		stacks = append(stacks, st.Planes)
 	}
-	os.WriteFile(filepath.Join(InputDir(dir, 1), ".snakemake_complete"), []byte("stage=decon\n"), 0o644)
+	os.WriteFile(layout.Sentinel(InputDir(dir, 1)), []byte("stage=decon\n"), 0o644)
 	return cfg, stacks
 }
 
@@ -85,7 +86,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := OutDir(cfg.ProjectDir, 1)
-	g := edf.GateFromConfig(cfg.QualityGate)
+	g := Gate(cfg.QualityGate)
 	for i, ch := range []int{1, 2} {
 		name := cfg.EDFFileName(1, ch)
 		if want := []string{"DAPI-01.tif", "Blank.tif"}[i]; name != want {
@@ -95,7 +96,7 @@ func TestRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := edf.CPU{Workers: 1}.EDF(context.Background(), stacks[i], g, edf.FromConfig(cfg.EDF))
+		want, err := edf.CPU{Workers: 1}.EDF(context.Background(), stacks[i], g, Params(cfg.EDF))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +109,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("channel %d used %v, want slices 2-6", ch, res.Channels[i].Used)
 		}
 	}
-	s, err := os.ReadFile(filepath.Join(out, ".snakemake_complete"))
+	s, err := os.ReadFile(layout.Sentinel(out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestBadInput(t *testing.T) {
 		want   string
 	}{
 		{"missing decon sentinel", nil, func(cfg *config.Config) {
-			os.Remove(filepath.Join(InputDir(cfg.ProjectDir, 1), ".snakemake_complete"))
+			os.Remove(layout.Sentinel(InputDir(cfg.ProjectDir, 1)))
 		}, ".snakemake_complete"},
 		{"plane of another size", nil, func(cfg *config.Config) {
 			tiffio.WriteGray16(filepath.Join(InputDir(cfg.ProjectDir, 1), "CH2", "deconv_004.tif"), raster.NewGray16(95, 80))

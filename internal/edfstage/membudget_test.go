@@ -15,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -107,7 +108,7 @@ func budgetProject(t *testing.T) (string, *config.Config) {
 			}
 		}
 	}
-	if err := os.WriteFile(filepath.Join(InputDir(dir, 1), ".snakemake_complete"), []byte("stage=decon\n"), 0o644); err != nil {
+	if err := os.WriteFile(layout.Sentinel(InputDir(dir, 1)), []byte("stage=decon\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path, cfg
@@ -137,7 +138,7 @@ func TestMemBudgetHeld(t *testing.T) {
 		t.Fatalf("unconstrained run wrote %d planes, want %d", len(want), budgetChannels)
 	}
 	// The smallest working set, from the stage's own model of this cycle.
-	p := edf.FromConfig(cfg.EDF)
+	p := Params(cfg.EDF)
 	m := newMemModel(edf.CPU{Workers: workers}, budgetZ, budgetH, budgetW, workers, p, 0, 0, "")
 	ps := m.plans()
 	minNeed := m.need(ps[len(ps)-1])

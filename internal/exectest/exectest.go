@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // Build compiles the main package pkg (a directory as `go build` takes it,
@@ -114,7 +116,7 @@ func ReadTree(t testing.TB, dir string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == ".snakemake_complete" {
+		if err != nil || d.IsDir() || d.Name() == layout.SentinelName {
 			return err
 		}
 		b, err := os.ReadFile(p)

@@ -64,92 +64,130 @@ func ReadChannelNames(path string, channelsPerCycle int) (*ChannelNames, error) 
 	if err != nil {
 		return nil, err
 	}
-	type line struct {
-		n    int
-		text string
+	lines := nameLines(data)
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("%s: no channel names (only blank or comment lines)", path)
 	}
-	var lines []line
+	cn := &ChannelNames{Path: path, Raw: map[int][]string{}, Lines: map[int][]int{}}
+	first := lines[0].text
+	comma := strings.Split(first, ",")
+	if strings.Contains(first, ":") || strings.Contains(first, "\t") || (len(comma) > 2 && isDigits(strings.TrimSpace(comma[0]))) {
+		err = cn.readPerCycle(lines)
+	} else {
+		err = cn.readPerName(lines, channelsPerCycle)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := cn.check(channelsPerCycle); err != nil {
+		return nil, err
+	}
+	return cn, nil
+}
+
+// nameLine is one line of a channel-names file that holds names.
+type nameLine struct {
+	n    int // 1-based line number
+	text string
+}
+
+// nameLines are the lines of a channel-names file, trimmed, without blank
+// and comment (#) lines and a byte-order mark.
+func nameLines(data []byte) []nameLine {
+	var lines []nameLine
 	for i, l := range strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n") {
 		t := strings.TrimSpace(strings.TrimPrefix(l, "\ufeff"))
 		if t == "" || strings.HasPrefix(t, "#") {
 			continue
 		}
-		lines = append(lines, line{i + 1, t})
+		lines = append(lines, nameLine{i + 1, t})
 	}
-	if len(lines) == 0 {
-		return nil, fmt.Errorf("%s: no channel names (only blank or comment lines)", path)
-	}
-	cn := &ChannelNames{Path: path, Raw: map[int][]string{}, Lines: map[int][]int{}}
-	add := func(cycle int, name string, ln int) {
-		cn.Raw[cycle] = append(cn.Raw[cycle], name)
-		cn.Lines[cycle] = append(cn.Lines[cycle], ln)
-	}
-	first := lines[0].text
-	comma := strings.Split(first, ",")
-	if strings.Contains(first, ":") || strings.Contains(first, "\t") || (len(comma) > 2 && isDigits(strings.TrimSpace(comma[0]))) {
-		cn.Form = "one cycle per line"
-		for _, l := range lines {
-			var head string
-			var names []string
-			switch {
-			case strings.Contains(l.text, ":"):
-				h, rest, _ := strings.Cut(l.text, ":")
-				head, names = h, strings.Split(rest, ",")
-			case strings.Contains(l.text, "\t"):
-				f := strings.Split(l.text, "\t")
-				head, names = f[0], f[1:]
-			default:
-				f := strings.Split(l.text, ",")
-				head, names = f[0], f[1:]
-			}
-			cycle, err := strconv.Atoi(strings.TrimSpace(head))
-			if err != nil || cycle < 1 || cycle > 999 {
-				return nil, fmt.Errorf("%s: line %d: %q: want \"<cycle>: name, name, ...\" with a cycle number 1-999", path, l.n, l.text)
-			}
-			if _, dup := cn.Raw[cycle]; dup {
-				return nil, fmt.Errorf("%s: line %d: cycle %d listed twice (first at line %d)", path, l.n, cycle, cn.Lines[cycle][0])
-			}
-			for _, n := range names {
-				add(cycle, strings.TrimSpace(n), l.n)
-			}
+	return lines
+}
+
+// add appends a name of cycle read at line ln.
+func (cn *ChannelNames) add(cycle int, name string, ln int) {
+	cn.Raw[cycle] = append(cn.Raw[cycle], name)
+	cn.Lines[cycle] = append(cn.Lines[cycle], ln)
+}
+
+// readPerCycle reads the "<cycle>: name, name, ..." form (also tab- or
+// comma-separated after the cycle number).
+func (cn *ChannelNames) readPerCycle(lines []nameLine) error {
+	cn.Form = "one cycle per line"
+	for _, l := range lines {
+		var head string
+		var names []string
+		switch {
+		case strings.Contains(l.text, ":"):
+			h, rest, _ := strings.Cut(l.text, ":")
+			head, names = h, strings.Split(rest, ",")
+		case strings.Contains(l.text, "\t"):
+			f := strings.Split(l.text, "\t")
+			head, names = f[0], f[1:]
+		default:
+			f := strings.Split(l.text, ",")
+			head, names = f[0], f[1:]
 		}
-	} else {
-		cn.Form = "one name per line"
-		if channelsPerCycle < 1 {
-			return nil, fmt.Errorf("%s: one name per line needs the channels per cycle (experiment.json channels_per_cycle or numChannels)", path)
+		cycle, err := strconv.Atoi(strings.TrimSpace(head))
+		if err != nil || cycle < 1 || cycle > 999 {
+			return fmt.Errorf("%s: line %d: %q: want \"<cycle>: name, name, ...\" with a cycle number 1-999", cn.Path, l.n, l.text)
 		}
-		anyDAPI := false
-		for _, l := range lines {
-			anyDAPI = anyDAPI || config.IsDAPI(l.text)
+		if _, dup := cn.Raw[cycle]; dup {
+			return fmt.Errorf("%s: line %d: cycle %d listed twice (first at line %d)", cn.Path, l.n, cycle, cn.Lines[cycle][0])
 		}
-		cycle := 0
-		for _, l := range lines {
-			switch {
-			case !anyDAPI:
-				if len(cn.Raw[cycle]) == channelsPerCycle || cycle == 0 {
-					cycle++
-				}
-			case config.IsDAPI(l.text):
-				next := cycle + 1
-				if m := dapiNumber.FindStringSubmatch(l.text); m != nil {
-					next, _ = strconv.Atoi(m[1])
-				}
-				if next <= cycle {
-					return nil, fmt.Errorf("%s: line %d: %q starts cycle %d after cycle %d: cycles must increase", path, l.n, l.text, next, cycle)
-				}
-				if next < 1 {
-					return nil, fmt.Errorf("%s: line %d: %q: cycle %d: cycles start at 1", path, l.n, l.text, next)
-				}
-				cycle = next
-			case cycle == 0:
-				return nil, fmt.Errorf("%s: line %d: %q comes before the first DAPI line: every cycle starts with its DAPI channel", path, l.n, l.text)
-			}
-			if len(cn.Raw[cycle]) == channelsPerCycle {
-				return nil, fmt.Errorf("%s: line %d: %q: cycle %d already has %d names (channels per cycle): a cycle starts at a DAPI line", path, l.n, l.text, cycle, channelsPerCycle)
-			}
-			add(cycle, l.text, l.n)
+		for _, n := range names {
+			cn.add(cycle, strings.TrimSpace(n), l.n)
 		}
 	}
+	return nil
+}
+
+// readPerName reads the one-name-per-line form: a cycle starts at each DAPI
+// line (a number in it, dapiNumber, gives the cycle), or every channelsPerCycle
+// names when no line is DAPI.
+func (cn *ChannelNames) readPerName(lines []nameLine, channelsPerCycle int) error {
+	cn.Form = "one name per line"
+	if channelsPerCycle < 1 {
+		return fmt.Errorf("%s: one name per line needs the channels per cycle (experiment.json channels_per_cycle or numChannels)", cn.Path)
+	}
+	anyDAPI := false
+	for _, l := range lines {
+		anyDAPI = anyDAPI || config.IsDAPI(l.text)
+	}
+	cycle := 0
+	for _, l := range lines {
+		switch {
+		case !anyDAPI:
+			if len(cn.Raw[cycle]) == channelsPerCycle || cycle == 0 {
+				cycle++
+			}
+		case config.IsDAPI(l.text):
+			next := cycle + 1
+			if m := dapiNumber.FindStringSubmatch(l.text); m != nil {
+				next, _ = strconv.Atoi(m[1])
+			}
+			if next <= cycle {
+				return fmt.Errorf("%s: line %d: %q starts cycle %d after cycle %d: cycles must increase", cn.Path, l.n, l.text, next, cycle)
+			}
+			if next < 1 {
+				return fmt.Errorf("%s: line %d: %q: cycle %d: cycles start at 1", cn.Path, l.n, l.text, next)
+			}
+			cycle = next
+		case cycle == 0:
+			return fmt.Errorf("%s: line %d: %q comes before the first DAPI line: every cycle starts with its DAPI channel", cn.Path, l.n, l.text)
+		}
+		if len(cn.Raw[cycle]) == channelsPerCycle {
+			return fmt.Errorf("%s: line %d: %q: cycle %d already has %d names (channels per cycle): a cycle starts at a DAPI line", cn.Path, l.n, l.text, cycle, channelsPerCycle)
+		}
+		cn.add(cycle, l.text, l.n)
+	}
+	return nil
+}
+
+// check checks every name (config.CheckName), the names per cycle, then
+// applies the original's duplicate rule and checks the file names it gives.
+func (cn *ChannelNames) check(channelsPerCycle int) error {
 	cycles := make([]int, 0, len(cn.Raw))
 	for c := range cn.Raw {
 		cycles = append(cycles, c)
@@ -158,28 +196,28 @@ func ReadChannelNames(path string, channelsPerCycle int) (*ChannelNames, error) 
 	for _, c := range cycles {
 		for i, n := range cn.Raw[c] {
 			if err := config.CheckName(n); err != nil {
-				return nil, fmt.Errorf("%s: line %d: cycle %d channel %d: %w", path, cn.Lines[c][i], c, i+1, err)
+				return fmt.Errorf("%s: line %d: cycle %d channel %d: %w", cn.Path, cn.Lines[c][i], c, i+1, err)
 			}
 		}
 		if len(cn.Raw[c]) != channelsPerCycle {
-			return nil, fmt.Errorf("%s: line %d: cycle %d has %d names, want %d (one per channel; channels per cycle from experiment.json or the raw tiles)",
-				path, cn.Lines[c][0], c, len(cn.Raw[c]), channelsPerCycle)
+			return fmt.Errorf("%s: line %d: cycle %d has %d names, want %d (one per channel; channels per cycle from experiment.json or the raw tiles)",
+				cn.Path, cn.Lines[c][0], c, len(cn.Raw[c]), channelsPerCycle)
 		}
 	}
 	cn.Names, cn.Renamed = config.UniqueNames(cn.Raw, true)
 	for _, c := range cycles {
 		for i, n := range cn.Names[c] {
 			if err := config.CheckFileName(n); err != nil {
-				return nil, fmt.Errorf("%s: line %d: cycle %d channel %d: %w", path, cn.Lines[c][i], c, i+1, err)
+				return fmt.Errorf("%s: line %d: cycle %d channel %d: %w", cn.Path, cn.Lines[c][i], c, i+1, err)
 			}
 		}
 	}
 	if d := config.FindDuplicates(cn.Names); len(d) > 0 {
 		c, i := d[0].Cycle, d[0].Index
-		return nil, fmt.Errorf("%s: line %d: cycle %d channel %d (%q) is named %q after the duplicate rule, as cycle %d channel %d (line %d): %s",
-			path, cn.Lines[c][i], c, i+1, cn.Raw[c][i], cn.Names[c][i], d[0].FirstCycle, d[0].FirstIndex+1, cn.Lines[d[0].FirstCycle][d[0].FirstIndex], config.UniqueHint)
+		return fmt.Errorf("%s: line %d: cycle %d channel %d (%q) is named %q after the duplicate rule, as cycle %d channel %d (line %d): %s",
+			cn.Path, cn.Lines[c][i], c, i+1, cn.Raw[c][i], cn.Names[c][i], d[0].FirstCycle, d[0].FirstIndex+1, cn.Lines[d[0].FirstCycle][d[0].FirstIndex], config.UniqueHint)
 	}
-	return cn, nil
+	return nil
 }
 
 func isDigits(s string) bool {

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // Project is what Infer found in a project directory.
@@ -53,7 +55,6 @@ func Infer(dir string) (*Project, error) {
 		return nil, fmt.Errorf("project %s: not a directory", dir)
 	}
 	p := &Project{Dir: abs, From: map[string]string{}}
-	note := func(format string, args ...any) { p.Notes = append(p.Notes, fmt.Sprintf(format, args...)) }
 	exp, err := ReadExperiment(ExperimentFile(abs))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: missing: the config is generated from the experiment's metadata (n_cycles/numCycles, n_zplanes/numZPlanes, tile grid, optics), as by the original's `kintsugi workflow config`", ExperimentFile(abs))
@@ -72,13 +73,38 @@ func Infer(dir string) (*Project, error) {
 	}
 	p.Raw = raw
 	for _, s := range ignored {
-		note("data/raw/%s: not used", s)
+		p.note("data/raw/%s: not used", s)
 	}
-	rawFrom := func(what string) string {
-		return fmt.Sprintf("data/raw (%s of %d cycle director%s)", what, len(raw), map[bool]string{true: "y", false: "ies"}[len(raw) == 1])
+	if err := p.inferCycles(); err != nil {
+		return nil, err
 	}
+	n := p.inferChannels()
+	if err := p.inferZPlanes(); err != nil {
+		return nil, err
+	}
+	p.checkTileGrid()
+	if err := p.readNames(n); err != nil {
+		return nil, err
+	}
+	p.TissueType, p.From["signal_isolation.tissue_type"] = TissueType(filepath.Base(abs), exp.Name)
+	return p, nil
+}
 
-	// Cycles.
+// note records a disagreement or something ignored (Project.Notes).
+func (p *Project) note(format string, args ...any) {
+	p.Notes = append(p.Notes, fmt.Sprintf(format, args...))
+}
+
+// rawFrom is a From value for something read from the raw cycle directories.
+func (p *Project) rawFrom(what string) string {
+	return fmt.Sprintf("data/raw (%s of %d cycle director%s)", what, len(p.Raw), map[bool]string{true: "y", false: "ies"}[len(p.Raw) == 1])
+}
+
+// inferCycles sets Cycles from n_cycles, else from the raw cycle
+// directories, and notes the cycles that have no raw directory or are
+// beyond n_cycles.
+func (p *Project) inferCycles() error {
+	exp, raw, note, rawFrom, abs := p.Experiment, p.Raw, p.note, p.rawFrom, p.Dir
 	switch {
 	case exp.NCycles > 0:
 		for c := 1; c <= exp.NCycles; c++ {
@@ -91,8 +117,8 @@ func Infer(dir string) (*Project, error) {
 		}
 		p.From["cycles"] = rawFrom("the names")
 	default:
-		return nil, fmt.Errorf("%s: no n_cycles (the original's key) or numCycles (CODEX) and no raw cycle directories under %s",
-			exp.Path, filepath.Join(abs, "data", "raw"))
+		return fmt.Errorf("%s: no n_cycles (the original's key) or numCycles (CODEX) and no raw cycle directories under %s",
+			exp.Path, layout.RawDir(abs))
 	}
 	if len(raw) > 0 {
 		var missing, extra []int
@@ -115,10 +141,15 @@ func Infer(dir string) (*Project, error) {
 			note("raw cycle directories %v are beyond n_cycles %d: not in cycles", extra, exp.NCycles)
 		}
 	} else {
-		note("no raw cycle directories under data/raw (cyc001_*, cyc01_*, Cyc01_*, cyc001, cyc01, Cyc01): nothing checked against the tiles")
+		note("no raw cycle directories under data/raw (%s): nothing checked against the tiles", strings.Join(append(layout.RawCycleGlobs(1), layout.RawCycleNames(1)...), ", "))
 	}
+	return nil
+}
 
-	// Channels.
+// inferChannels sets Channels (1..n) from channels_per_cycle, else from the
+// raw tile names, and returns n.
+func (p *Project) inferChannels() int {
+	exp, raw, note, rawFrom := p.Experiment, p.Raw, p.note, p.rawFrom
 	rawChannels := commonChannels(raw)
 	n := exp.ChannelsPerCycle
 	p.From["channels"] = p.From["channels_per_cycle"]
@@ -134,8 +165,13 @@ func Infer(dir string) (*Project, error) {
 			note("channel %d has no wavelengths (%s): deconvolution needs wavelengths.%d", ch, p.From["wavelengths"], ch)
 		}
 	}
+	return n
+}
 
-	// Z-planes.
+// inferZPlanes sets NZPlanes from n_zplanes, else from the raw tiles'
+// z-planes, and notes raw cycles that disagree.
+func (p *Project) inferZPlanes() error {
+	exp, raw, note, rawFrom := p.Experiment, p.Raw, p.note, p.rawFrom
 	rawZ := 0
 	for _, r := range raw {
 		if len(r.Z) != len(raw[0].Z) {
@@ -155,11 +191,16 @@ func Infer(dir string) (*Project, error) {
 		p.NZPlanes = rawZ
 		p.From["n_zplanes"] = rawFrom("the z-planes in the tile names")
 	default:
-		return nil, fmt.Errorf("%s: no n_zplanes (the original's key) or numZPlanes (CODEX) and no raw tiles to count them from", exp.Path)
+		return fmt.Errorf("%s: no n_zplanes (the original's key) or numZPlanes (CODEX) and no raw tiles to count them from", exp.Path)
 	}
+	return nil
+}
 
-	// Tile grid.
-	for _, r := range raw {
+// checkTileGrid notes raw cycles whose tile count is not tile_rows x
+// tile_cols or that hold several regions.
+func (p *Project) checkTileGrid() {
+	exp, note := p.Experiment, p.note
+	for _, r := range p.Raw {
 		if r.Tiles != exp.TileRows*exp.TileCols {
 			note("%s has %d tiles, tile_rows x tile_cols is %d x %d = %d (%s, %s)", r.Dir, r.Tiles, exp.TileRows, exp.TileCols,
 				exp.TileRows*exp.TileCols, p.From["tile_rows"], p.From["tile_cols"])
@@ -168,12 +209,16 @@ func Infer(dir string) (*Project, error) {
 			note("%s holds tiles of regions %v: the stitch stage reads one region per cycle directory", r.Dir, r.Regions)
 		}
 	}
+}
 
-	// Channel names.
+// readNames reads the channel-names file of meta/ (n channels per cycle)
+// into Names, noting the cycles it does not name or names beyond cycles.
+func (p *Project) readNames(n int) error {
+	abs, note := p.Dir, p.note
 	if path := FindChannelNames(filepath.Join(abs, "meta")); path != "" {
 		cn, err := ReadChannelNames(path, n)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.Names = cn
 		rel, _ := filepath.Rel(abs, path)
@@ -200,9 +245,7 @@ func Infer(dir string) (*Project, error) {
 		p.From["channel_names"] = "none (no meta/" + strings.Join(ChannelNameFiles, ", meta/") + ")"
 		note("no channel-names file in meta/: EDF files are named CH{c}_edf.tif")
 	}
-
-	p.TissueType, p.From["signal_isolation.tissue_type"] = TissueType(filepath.Base(abs), exp.Name)
-	return p, nil
+	return nil
 }
 
 // tissuePatterns are the original's (KINTSUGI signal/batch_multi.py

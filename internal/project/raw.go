@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // RawCycle is one raw cycle directory: the one the stitch stage will read
@@ -36,7 +37,7 @@ var rawDirName = regexp.MustCompile(`^[cC]yc(\d{2,3})(?:_.*)?$`)
 // order, and what it ignored (with why). No data/raw is not an error (nil
 // cycles).
 func ScanRaw(project string) (cycles []RawCycle, ignored []string, err error) {
-	raw := filepath.Join(project, "data", "raw")
+	raw := layout.RawDir(project)
 	ents, err := os.ReadDir(raw)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil

@@ -71,18 +71,46 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 	if o.KintsugiDir == "" {
 		return nil, nil, fmt.Errorf("project: no kintsugi_dir")
 	}
-	e := p.Experiment
-	var b strings.Builder
-	w := func(line, comment string) {
-		if comment == "" {
-			b.WriteString(line + "\n")
-			return
-		}
-		pad := max(40-len(line), 2)
-		b.WriteString(line + strings.Repeat(" ", pad) + "# " + comment + "\n")
+	y := &yamlWriter{}
+	p.writeTop(y, o)
+	p.writeOptics(y)
+	writeStitching(y)
+	p.writeStages(y)
+	if err := writeResources(y, o); err != nil {
+		return nil, nil, err
 	}
-	from := func(k string) string { return "from " + p.From[k] }
+	text := []byte(y.b.String())
+	cfg, err := config.Parse(path, text)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The names written are the original's unique ones: the loader keeps them.
+	if len(cfg.Renamed) > 0 {
+		return nil, nil, fmt.Errorf("project: internal error: the loader renamed written names: %s", config.RenamedText(cfg.Renamed))
+	}
+	return text, cfg, nil
+}
 
+// yamlWriter collects the config's lines.
+type yamlWriter struct{ b strings.Builder }
+
+// line writes one line, with its comment padded to column 40 when there is one.
+func (y *yamlWriter) line(line, comment string) {
+	if comment == "" {
+		y.b.WriteString(line + "\n")
+		return
+	}
+	pad := max(40-len(line), 2)
+	y.b.WriteString(line + strings.Repeat(" ", pad) + "# " + comment + "\n")
+}
+
+// from is the comment naming where config key k's value came from.
+func (p *Project) from(k string) string { return "from " + p.From[k] }
+
+// writeTop writes the header, the project and executable keys, cycles,
+// channels and channel names.
+func (p *Project) writeTop(y *yamlWriter, o Options) {
+	w, from := y.line, p.from
 	if o.Header != "" {
 		w("# "+o.Header, "")
 	}
@@ -115,6 +143,11 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 		}
 	}
 	w("", "")
+}
+
+// writeOptics writes the tile grid and the optics of the experiment.
+func (p *Project) writeOptics(y *yamlWriter) {
+	w, from, e := y.line, p.from, p.Experiment
 	w("# Tile grid (acquired in snake order) and optics", "")
 	w("tile_rows: "+strconv.Itoa(e.TileRows), from("tile_rows"))
 	w("tile_cols: "+strconv.Itoa(e.TileCols), from("tile_cols"))
@@ -130,6 +163,11 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 	}
 	w("n_zplanes: "+strconv.Itoa(p.NZPlanes), from("n_zplanes")+"; the stitch stage checks it")
 	w("", "")
+}
+
+// writeStitching writes the stitch and BaSiC keys (fixed quality parameters).
+func writeStitching(y *yamlWriter) {
+	w := y.line
 	w("# Stitching and BaSiC (fixed quality parameters: the schema refuses lower ones)", "")
 	w("ncc_threshold: 0.078", "initial NCC threshold of tile translations")
 	w("pou: 0.5", "percent overlap uncertainty")
@@ -144,6 +182,14 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 	w("boundary_qc_threshold: 0.65", "")
 	w("boundary_qc_max_alternates: 4", "")
 	w("", "")
+}
+
+// writeStages writes the sections of the later stages (edf, decon,
+// registration, quality_gate) with their defaults and the original's keys
+// this project accepts without a stage (signal_isolation, redsea, vessel3d,
+// optional_stages).
+func (p *Project) writeStages(y *yamlWriter) {
+	w, from := y.line, p.from
 	ed := config.DefaultEDF()
 	w("edf:", "extended depth of field (the original's keys + method)")
 	w("  radius_x: "+strconv.Itoa(ed.RadiusX), "px; variance window 2r+1")
@@ -208,16 +254,21 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 	w("  spillover:", "")
 	w("    enabled: false", "")
 	w("", "")
+}
 
+// writeResources writes resources: the accounts, their slot totals, the
+// original's keys with this project's values and the --resource overrides.
+func writeResources(y *yamlWriter, o Options) error {
+	w := y.line
 	w("resources:", "")
 	overrides := map[string]string{}
 	for _, ov := range o.Resources {
 		if ov.Key == "accounts" || ov.Key == "" {
-			return nil, nil, fmt.Errorf("resources.%s cannot be set this way", ov.Key)
+			return fmt.Errorf("resources.%s cannot be set this way", ov.Key)
 		}
 		v, err := scalar(ov.Value)
 		if err != nil {
-			return nil, nil, fmt.Errorf("resources.%s: %w", ov.Key, err)
+			return fmt.Errorf("resources.%s: %w", ov.Key, err)
 		}
 		overrides[ov.Key] = v
 	}
@@ -264,16 +315,7 @@ func (p *Project) Config(path string, o Options) ([]byte, *config.Config, error)
 			written[ov.Key] = true
 		}
 	}
-	text := []byte(b.String())
-	cfg, err := config.Parse(path, text)
-	if err != nil {
-		return nil, nil, err
-	}
-	// The names written are the original's unique ones: the loader keeps them.
-	if len(cfg.Renamed) > 0 {
-		return nil, nil, fmt.Errorf("project: internal error: the loader renamed written names: %s", config.RenamedText(cfg.Renamed))
-	}
-	return text, cfg, nil
+	return nil
 }
 
 // plain is what a YAML 1.1 and 1.2 reader both take as the same plain string.

@@ -44,14 +44,15 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// Stages, in pipeline order.
-var Stages = []string{"stitch", "decon", "edf", "registration"}
+// Stages, in pipeline order (layout.Stages).
+var Stages = layout.Stages
 
 // ErrInput marks a missing or unreadable input (exit 2 in kintsugi-qc); it
 // is staging.ErrInput, shared by every stage.
@@ -172,8 +173,7 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 	if err != nil {
 		return nil, err
 	}
-	qcRoot := filepath.Join(proj, "qc_plots")
-	st, err := staging.NewContext(ctx, filepath.Join(qcRoot, stage))
+	st, err := staging.NewContext(ctx, layout.QCStage(proj, stage))
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 		if err != nil {
 			return nil, err
 		}
-		name := fmt.Sprintf("%s_metrics.json", config.CycleName(cj.cycle))
+		name := layout.MetricsName(cj.cycle)
 		if err := writeJSON(filepath.Join(st.Path, name), cm); err != nil {
 			return nil, err
 		}
@@ -218,16 +218,16 @@ func Run(ctx context.Context, cfg *config.Config, stage string, opt Options) (*S
 	if err := st.Commit(); err != nil {
 		return nil, err
 	}
-	kv := [][2]string{{"stage", "qc_" + stage}, {"cycles", strconv.Itoa(len(jobs))}, {"dir", filepath.Join("qc_plots", stage)},
+	kv := [][2]string{{"stage", "qc_" + stage}, {"cycles", strconv.Itoa(len(jobs))}, {"dir", filepath.Join(layout.QCPlots, stage)},
 		{"heatmaps", strconv.Itoa(len(sum.Heatmaps))}, {"seconds", fmt.Sprintf("%.1f", time.Since(t0).Seconds())},
 		{"completed", time.Now().UTC().Format(time.RFC3339)}}
 	if opt.Environment != "" {
 		kv = append(kv, [2]string{"workers", opt.Environment})
 	}
-	if err := staging.WriteSentinel(filepath.Join(qcRoot, ".snakemake_complete_"+stage), kv); err != nil {
+	if err := staging.WriteSentinel(layout.QCSentinel(proj, stage), kv); err != nil {
 		return nil, err
 	}
-	lg.Info("QC report written", "stage", stage, "dir", filepath.Join(qcRoot, stage), "cycles", len(jobs), "seconds", fmt.Sprintf("%.1f", time.Since(t0).Seconds()))
+	lg.Info("QC report written", "stage", stage, "dir", layout.QCStage(proj, stage), "cycles", len(jobs), "seconds", fmt.Sprintf("%.1f", time.Since(t0).Seconds()))
 	return sum, nil
 }
 
@@ -259,16 +259,12 @@ var (
 )
 
 func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
-	processed := filepath.Join(cfg.ProjectDir, "data", "processed")
-	sub := map[string]string{"stitch": "stitched", "decon": "deconvolved", "edf": "edf", "registration": "registered"}[stage]
+	processed := layout.ProcessedDir(cfg.ProjectDir)
 	var jobs []cycleJob
 	for _, c := range cfg.Cycles {
-		cj := cycleJob{cycle: c, dir: filepath.Join(processed, sub, config.CycleName(c))}
-		sentDir := cj.dir
-		if stage == "registration" {
-			sentDir = filepath.Join(processed, "registered")
-		}
-		if err := staging.RequireSentinel(sentDir, c, stage); err != nil {
+		// registration: the images in registered/cycNN, the sentinel in registered/
+		cj := cycleJob{cycle: c, dir: filepath.Join(processed, layout.StageDir(stage), layout.CycleName(c))}
+		if err := staging.RequireSentinel(layout.StageOut(cfg.ProjectDir, stage, c), c, stage); err != nil {
 			return nil, err
 		}
 		for _, ch := range cfg.Channels {
@@ -279,7 +275,7 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 				if stage == "decon" {
 					re = deconPlane
 				}
-				dir := filepath.Join(cj.dir, fmt.Sprintf("CH%d", ch))
+				dir := filepath.Join(cj.dir, layout.ChannelDir(ch))
 				ents, err := os.ReadDir(dir)
 				if err != nil {
 					return nil, fmt.Errorf("%w: cycle %d channel %d: %v", ErrInput, c, ch, err)
@@ -302,7 +298,7 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 				}
 				j.files = []string{p}
 				if stage == "registration" {
-					e := filepath.Join(processed, "edf", config.CycleName(c), cfg.EDFFileName(c, ch))
+					e := filepath.Join(layout.EDFOut(cfg.ProjectDir, c), cfg.EDFFileName(c, ch))
 					if _, err := os.Stat(e); err != nil {
 						return nil, fmt.Errorf("%w: cycle %d channel %d: EDF plane for the before/after scores: %v", ErrInput, c, ch, err)
 					}
@@ -393,7 +389,7 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 			chm.FocusMap = bestPlanes(bf, chm.Planes, block, bnx)
 		}
 		img, f := Overview(proj, opt.OverviewPx)
-		chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", config.CycleName(cj.cycle), chj.channel)
+		chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", layout.CycleName(cj.cycle), chj.channel)
 		chm.Factor = f
 		if err := writePNG(filepath.Join(dir, chm.Overview), img); err != nil {
 			return nil, err
@@ -485,7 +481,7 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 	}
 	rs := &RegScores{ReferenceCycle: cfg.Registration.ReferenceCycle, Image: filepath.Base(file),
 		NCCEDF: Num(NCC(ref["edf"], edf)), NCCRegistered: Num(NCC(ref["registered"], reg))}
-	mf := filepath.Join(cfg.ProjectDir, "data", "processed", "registered", "qc", config.CycleName(cj.cycle)+"_metrics.json")
+	mf := filepath.Join(layout.Registered(cfg.ProjectDir), layout.RegisteredQCDir, layout.MetricsName(cj.cycle))
 	if b, err := os.ReadFile(mf); err == nil {
 		var doc struct {
 			Metrics map[string]any `json:"metrics"`
@@ -494,9 +490,9 @@ func regScores(cfg *config.Config, cj cycleJob, ref map[string]*raster.Gray16, d
 			return nil, fmt.Errorf("%w: %s: %v", ErrInput, mf, err)
 		}
 		rs.StageMetrics = doc.Metrics
-		rs.StageMetricsFile = filepath.Join("data", "processed", "registered", "qc", filepath.Base(mf))
+		rs.StageMetricsFile = filepath.Join(layout.Data, layout.Processed, layout.RegisteredDir, layout.RegisteredQCDir, filepath.Base(mf))
 	}
-	rs.Overlay = config.CycleName(cj.cycle) + "_overlay.png"
+	rs.Overlay = layout.CycleName(cj.cycle) + "_overlay.png"
 	if err := writePNG(filepath.Join(dir, rs.Overlay), Overlay(ref["registered"], reg, opt.OverviewPx)); err != nil {
 		return nil, err
 	}
@@ -537,7 +533,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 			}
 			for _, cm := range cms {
 				for _, ch := range cm.Channels {
-					h.Rows = append(h.Rows, fmt.Sprintf("%s CH%d", config.CycleName(cm.Cycle), ch.Channel))
+					h.Rows = append(h.Rows, fmt.Sprintf("%s CH%d", layout.CycleName(cm.Cycle), ch.Channel))
 					row := make([]Num, len(zs))
 					for i := range row {
 						row[i] = Num(math.NaN())
@@ -560,7 +556,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 		mk := func(file, measure string, get func(PlaneStats) float64) Heatmap {
 			h := Heatmap{File: file, Measure: measure}
 			for i, cm := range cms {
-				h.Rows = append(h.Rows, config.CycleName(cm.Cycle))
+				h.Rows = append(h.Rows, layout.CycleName(cm.Cycle))
 				row := make([]Num, len(cm.Channels))
 				for j, ch := range cm.Channels {
 					if i == 0 {
@@ -579,7 +575,7 @@ func heatmaps(stage string, cms []CycleMetrics) []Heatmap {
 	default: // registration: rows cycles; columns NCC before and after.
 		h := Heatmap{File: "ncc_heatmap.png", Measure: "NCC with the reference cycle's DAPI", Cols: []string{"ncc_edf", "ncc_registered"}}
 		for _, cm := range cms {
-			h.Rows = append(h.Rows, config.CycleName(cm.Cycle))
+			h.Rows = append(h.Rows, layout.CycleName(cm.Cycle))
 			h.Values = append(h.Values, []Num{cm.Registration.NCCEDF, cm.Registration.NCCRegistered})
 		}
 		return []Heatmap{h}

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -125,7 +126,7 @@ resources: {accounts: [{name: a, gpu_slots: 1}]}
 		}
 	}
 	for _, c := range cfg.Cycles {
-		cyc := config.CycleName(c)
+		cyc := layout.CycleName(c)
 		for _, ch := range cfg.Channels {
 			sc := ref
 			if ch == 2 || c == 2 {
@@ -252,8 +253,8 @@ func TestStages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out := filepath.Join(p.dir, "qc_plots", stage)
-			kv, err := os.ReadFile(filepath.Join(p.dir, "qc_plots", ".snakemake_complete_"+stage))
+			out := layout.QCStage(p.dir, stage)
+			kv, err := os.ReadFile(layout.QCSentinel(p.dir, stage))
 			if err != nil || !strings.Contains(string(kv), "stage=qc_"+stage+"\n") || !strings.Contains(string(kv), "cycles=2\n") {
 				t.Errorf("sentinel: %q %v", kv, err)
 			}
@@ -261,7 +262,7 @@ func TestStages(t *testing.T) {
 				t.Errorf("cycles %v", sum.Cycles)
 			}
 			for _, c := range p.cfg.Cycles {
-				cm := readMetrics(t, filepath.Join(out, config.CycleName(c)+"_metrics.json"))
+				cm := readMetrics(t, filepath.Join(out, layout.CycleName(c)+"_metrics.json"))
 				if cm.Stage != stage || cm.Cycle != c || len(cm.Channels) != 2 {
 					t.Fatalf("cycle %d metrics: stage %q cycle %d, %d channels", c, cm.Stage, cm.Cycle, len(cm.Channels))
 				}
@@ -473,10 +474,10 @@ func TestMissingInput(t *testing.T) {
 		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "CD3_/_x.tif") && !strings.Contains(err.Error(), p.cfg.EDFFileName(2, 2)) {
 			t.Errorf("%s: err = %v, want ErrInput naming %s", stage, err, victim)
 		}
-		if _, err := os.Stat(filepath.Join(p.dir, "qc_plots", stage)); !os.IsNotExist(err) {
+		if _, err := os.Stat(layout.QCStage(p.dir, stage)); !os.IsNotExist(err) {
 			t.Errorf("%s: qc_plots/%s exists after a failure", stage, stage)
 		}
-		if _, err := os.Stat(filepath.Join(p.dir, "qc_plots", ".snakemake_complete_"+stage)); !os.IsNotExist(err) {
+		if _, err := os.Stat(layout.QCSentinel(p.dir, stage)); !os.IsNotExist(err) {
 			t.Errorf("%s: sentinel written after a failure", stage)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
@@ -35,13 +34,13 @@ type Params struct {
 }
 
 // DefaultParams returns the defaults: the original's working sizes and
-// smoothing (config.DefaultRegistration) and this package's search settings.
-func DefaultParams() Params { return ParamsFromConfig(config.DefaultRegistration()) }
-
-// ParamsFromConfig returns the defaults with the config's registration keys.
-func ParamsFromConfig(r config.Registration) Params {
+// smoothing (4096 px rigid and non-rigid, sigma ratio 0.01, non-rigid on: what
+// config.DefaultRegistration holds; regstage's TestParamsDefaults holds them
+// together) and this package's search settings. regstage.Params sets the
+// config's keys on them.
+func DefaultParams() Params {
 	return Params{
-		MaxImageDim: r.MaxImageDim, RigidOnly: r.RigidOnly, NonRigidMaxDim: r.NonRigid.MaxDim, SigmaRatio: r.NonRigid.SigmaRatio,
+		MaxImageDim: 4096, NonRigidMaxDim: 4096, SigmaRatio: 0.01,
 		CoarseDim: 1024, MaxAngleDeg: 3, AngleStepDeg: 0.5, RigidBlock: 128, RigidIters: 8,
 		NonRigidBlock: 64, NonRigidIters: 3, PeakMin: 0.03, TextureFrac: 0.15, MedianTol: 1.0, MinJacobian: 0.5,
 	}

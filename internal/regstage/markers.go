@@ -10,6 +10,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // MarkersName is the MCMICRO marker table written beside the OME-TIFF.
@@ -80,7 +81,7 @@ func Markers(cfg *config.Config, files map[int][]string) []Marker {
 		m.Number = i + 1
 		m.Name = marker(m.File)
 		if count[m.Name] > 1 {
-			m.Name += "_" + config.CycleName(m.Cycle)
+			m.Name += "_" + layout.CycleName(m.Cycle)
 		}
 		if IsBlank(m.Name) {
 			m.Remove = true

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -83,7 +84,7 @@ func TestMarkersOrder(t *testing.T) {
 			n++
 			name := cfg.ChannelMarker(c, ch)
 			names = append(names, name)
-			files = append(files, filepath.Join(config.CycleName(c), cfg.EDFFileName(c, ch)))
+			files = append(files, filepath.Join(layout.CycleName(c), cfg.EDFFileName(c, ch)))
 			bg, rm := "", ""
 			switch {
 			case c == 1 && ch > 1:

@@ -101,7 +101,7 @@ func TestMemBudgetHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What the stage needs at least, from its own model and this project.
-	p := register.ParamsFromConfig(cfg.Registration)
+	p := Params(cfg.Registration)
 	g := geometry{H: memH, W: memW, Pad: true, Workers: workers, Channels: memChannels, Levels: levelFactors(p, memH, memW)}
 	m := newMemModel(register.CPU{Workers: 1}, g, 0, 0, "")
 	minNeed := m.need(minPlan)
@@ -164,7 +164,7 @@ func TestMemBudgetTooSmall(t *testing.T) {
 // takes the first that fits; production figures are logged.
 func TestMemPlans(t *testing.T) {
 	const h, w = 7493, 12676
-	p := register.ParamsFromConfig(config.DefaultRegistration())
+	p := Params(config.DefaultRegistration())
 	g := geometry{H: h, W: w, Pad: true, Workers: 16, Channels: 4, Levels: levelFactors(p, h, w)}
 	for _, dev := range []string{"cpu", "gpu"} {
 		var be register.Backend = register.CPU{Workers: 16}

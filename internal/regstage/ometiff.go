@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -36,7 +37,7 @@ func writeOME(ctx context.Context, cfg *config.Config, dir string, res *Result, 
 	var chans []ometiff.Channel
 	w, h := 0, 0
 	for _, m := range list {
-		path := filepath.Join(dir, config.CycleName(m.Cycle), m.File)
+		path := filepath.Join(dir, layout.CycleName(m.Cycle), m.File)
 		if w == 0 {
 			info, err := tiffio.ReadInfo(path)
 			if err != nil {

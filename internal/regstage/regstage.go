@@ -83,6 +83,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
@@ -109,15 +110,11 @@ const MinSidePx = 64
 // be before the cycle is refused (rounding only: any real loss fails).
 const NCCTolerance = 1e-4
 
-// EDFDir is edf/cycNN of a project.
-func EDFDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "edf", config.CycleName(cycle))
-}
+// EDFDir is edf/cycNN of a project (layout.EDFOut).
+func EDFDir(project string, cycle int) string { return layout.EDFOut(project, cycle) }
 
-// OutDir is the registered/ directory of a project.
-func OutDir(project string) string {
-	return filepath.Join(project, "data", "processed", "registered")
-}
+// OutDir is the registered/ directory of a project (layout.Registered).
+func OutDir(project string) string { return layout.Registered(project) }
 
 // Options configure Run.
 type Options struct {
@@ -285,7 +282,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	workers := max(1, o.Workers)
-	p := register.ParamsFromConfig(cfg.Registration)
+	p := Params(cfg.Registration)
 	p.Workers = workers
 	if err := p.Check(); err != nil {
 		return nil, staging.Inputf("config %s: registration: %w", cfg.Path, err)
@@ -336,7 +333,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		method = "copy_single_cycle"
 		ci := cycles[0]
 		for _, f := range ci.files {
-			if err := copyFile(filepath.Join(ci.dir, f), filepath.Join(d.Path, config.CycleName(ci.cycle), f)); err != nil {
+			if err := copyFile(filepath.Join(ci.dir, f), filepath.Join(d.Path, layout.CycleName(ci.cycle), f)); err != nil {
 				return nil, err
 			}
 		}
@@ -355,7 +352,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Seconds = time.Since(t0).Seconds()
-	if err := staging.WriteSentinel(filepath.Join(d.Path, ".snakemake_complete"), [][2]string{
+	if err := staging.WriteSentinel(layout.Sentinel(d.Path), [][2]string{
 		{"stage", "registration"}, {"cycles", strings.Join(names, ",")}, {"reference_cycle", strconv.Itoa(res.Reference)},
 		{"method", method}, {"device", deviceName(o.Engine)}, {"backend", o.Engine.Name()}, {"size", fmt.Sprintf("%dx%d", w, h)},
 		{"seconds", fmt.Sprintf("%.1f", res.Seconds)},
@@ -531,7 +528,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 			pl.give(pl.out)
 			return err
 		}
-		src, dst := filepath.Join(refIn.dir, f), filepath.Join(out, config.CycleName(refIn.cycle), f)
+		src, dst := filepath.Join(refIn.dir, f), filepath.Join(out, layout.CycleName(refIn.cycle), f)
 		pl.background(func() error {
 			g, err := readPadded(src, h, w)
 			if err != nil {
@@ -592,7 +589,7 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 		return staging.Inputf("cycle %d: registration makes DAPI (%s) agree worse with the reference cycle %d: NCC %.4f before, %.4f after rigid, %.4f after non-rigid (rotation %.3f°, translation (%.1f, %.1f) px); nothing written",
 			ci.cycle, filepath.Join(ci.dir, ci.dapi), res.Reference, m.NCCBefore, m.NCCRigid, m.NCCNonRigid, m.RotationDeg, m.TranslationY, m.TranslationX)
 	}
-	name := config.CycleName(ci.cycle)
+	name := layout.CycleName(ci.cycle)
 	// warp warps one read plane (holding an in slot) into an out slot and
 	// hands it to the write-behind; the in slot is given back.
 	warp := func(g *raster.Gray16, file string) (*raster.Gray16, error) {
@@ -632,13 +629,13 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 			return err
 		}
 	}
-	if err := WriteTransform(filepath.Join(out, "registration_data"), name, r, h, w); err != nil {
+	if err := WriteTransform(filepath.Join(out, layout.RegistrationDataDir), name, r, h, w); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(out, "qc", name+"_metrics.json"), cycleMetrics{Cycle: ci.cycle, Reference: res.Reference, DAPI: ci.dapi, Metrics: m}); err != nil {
+	if err := writeJSON(filepath.Join(out, layout.RegisteredQCDir, layout.MetricsName(ci.cycle)), cycleMetrics{Cycle: ci.cycle, Reference: res.Reference, DAPI: ci.dapi, Metrics: m}); err != nil {
 		return err
 	}
-	if err := writeOverlay(filepath.Join(out, "qc", name+"_overlay.png"), refOverlay, cycOverlay); err != nil {
+	if err := writeOverlay(filepath.Join(out, layout.RegisteredQCDir, name+"_overlay.png"), refOverlay, cycOverlay); err != nil {
 		return err
 	}
 	mm := m

@@ -13,6 +13,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
@@ -58,7 +59,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("%d cycles in the result", len(res.Cycles))
 	}
 	for _, c := range []int{2, 3} {
-		name := config.CycleName(c)
+		name := layout.CycleName(c)
 		for ch := 1; ch <= 2; ch++ {
 			g, err := tiffio.ReadGray16(filepath.Join(out, name, cfg.EDFFileName(c, ch)))
 			if err != nil {
@@ -117,7 +118,7 @@ func TestRun(t *testing.T) {
 	if info, err := tiffio.ReadInfo(filepath.Join(out, OMEName)); err != nil || info.Pages != 6 || info.Width != testW || info.Height != testH {
 		t.Errorf("OME-TIFF: %v %+v, want 6 channels of %dx%d", err, info, testW, testH)
 	}
-	b, err := os.ReadFile(filepath.Join(out, ".snakemake_complete"))
+	b, err := os.ReadFile(layout.Sentinel(out))
 	if err != nil || !strings.Contains(string(b), "stage=registration") || !strings.Contains(string(b), "cycles=1,2,3") {
 		t.Errorf("sentinel: %v %q", err, b)
 	}
@@ -179,7 +180,7 @@ func TestBadInput(t *testing.T) {
 	be := register.CPU{Workers: 2}
 	t.Run("missing sentinel", func(t *testing.T) {
 		cfg, _ := project(t, 2)
-		p := filepath.Join(EDFDir(cfg.ProjectDir, 2), ".snakemake_complete")
+		p := layout.Sentinel(EDFDir(cfg.ProjectDir, 2))
 		os.Remove(p)
 		_, err := run(cfg, be)
 		wantInput(t, err, p)
@@ -287,7 +288,7 @@ func TestSingleCycle(t *testing.T) {
 			t.Errorf("channel %d not copied: %v", ch, err)
 		}
 	}
-	b, _ := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir), ".snakemake_complete"))
+	b, _ := os.ReadFile(layout.Sentinel(OutDir(cfg.ProjectDir)))
 	if !strings.Contains(string(b), "method=copy_single_cycle") {
 		t.Errorf("sentinel %q", b)
 	}
@@ -297,7 +298,7 @@ func TestSingleCycle(t *testing.T) {
 func TestPair(t *testing.T) {
 	cfg, _ := project(t, 2)
 	out := t.TempDir()
-	p := register.ParamsFromConfig(cfg.Registration)
+	p := Params(cfg.Registration)
 	fixed := filepath.Join(EDFDir(cfg.ProjectDir, 1), cfg.EDFFileName(1, 1))
 	moving := filepath.Join(EDFDir(cfg.ProjectDir, 2), cfg.EDFFileName(2, 1))
 	r, err := Pair(context.Background(), register.CPU{Workers: 2}, p, fixed, moving, out)
@@ -339,7 +340,7 @@ func TestReferenceChannel(t *testing.T) {
 		}
 	}
 	rms := func(c int) float64 {
-		m, _, _, err := ReadTransform(filepath.Join(OutDir(cfg.ProjectDir), "registration_data", config.CycleName(c)+"_transform.json"))
+		m, _, _, err := ReadTransform(filepath.Join(OutDir(cfg.ProjectDir), "registration_data", layout.CycleName(c)+"_transform.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +363,7 @@ func TestReferenceChannel(t *testing.T) {
 		if !(e <= 0.5) {
 			t.Errorf("reference_channel 2: cycle %d mapping RMS %.3f px, want <= 0.5", c, e)
 		}
-		b, err := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir), "qc", config.CycleName(c)+"_metrics.json"))
+		b, err := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir), "qc", layout.CycleName(c)+"_metrics.json"))
 		if err != nil || !strings.Contains(string(b), `"dapi": "`+cfg.EDFFileName(c, 2)+`"`) {
 			t.Errorf("cycle %d metrics do not name the registration image %s: %v %s", c, cfg.EDFFileName(c, 2), err, b)
 		}

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // SentinelName is the file a stage writes last into its output directory
 // (the original's Snakemake marker, key=value lines, see WriteSentinel):
-// its presence means the stage completed that output.
-const SentinelName = ".snakemake_complete"
+// its presence means the stage completed that output (layout.SentinelName).
+const SentinelName = layout.SentinelName
 
 // ErrInput marks errors caused by a stage's input data or configuration: a
 // preceding stage that has not completed, a file missing, unreadable or of
@@ -31,7 +32,7 @@ func Inputf(format string, args ...any) error {
 // and the stage to run first (and the file system's error when the sentinel
 // exists but cannot be read).
 func RequireSentinel(dir string, cycle int, stage string) error {
-	sent := filepath.Join(dir, SentinelName)
+	sent := layout.Sentinel(dir)
 	_, err := os.Stat(sent)
 	switch {
 	case err == nil:

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 // ErrLocked is returned (wrapped in a *LockedError) by New when another job
@@ -221,7 +223,7 @@ func acquire(final string, o Options) (string, Holder, error) {
 	defer os.Remove(tmp)
 	sentinel := o.Sentinel
 	if sentinel == "" {
-		sentinel = filepath.Join(final, SentinelName)
+		sentinel = layout.Sentinel(final)
 	}
 	var waitStart, until time.Time
 	untilSrc := ""

@@ -2,11 +2,11 @@ package stitch
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -33,7 +33,7 @@ func TestRefitUniformFlatfield(t *testing.T) {
 	if _, err := run(cfg); err != nil {
 		t.Fatal(err)
 	}
-	sent, _ := os.ReadFile(filepath.Join(OutDir(cfg.ProjectDir, 1), ".snakemake_complete"))
+	sent, _ := os.ReadFile(layout.Sentinel(OutDir(cfg.ProjectDir, 1)))
 	if strings.Contains(string(sent), "basic_refits=0\n") || !strings.Contains(string(sent), "basic_uniform_fallbacks=0\n") {
 		t.Fatalf("want at least one refit and no uniform flatfield; sentinel:\n%s", sent)
 	}

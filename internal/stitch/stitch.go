@@ -47,6 +47,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -103,10 +104,8 @@ func basicParams(c *config.Config) basic.Params {
 	return p
 }
 
-// OutDir is the stage's output directory of a cycle.
-func OutDir(project string, cycle int) string {
-	return filepath.Join(project, "data", "processed", "stitched", config.CycleName(cycle))
-}
+// OutDir is the stage's output directory of a cycle (layout.Stitched).
+func OutDir(project string, cycle int) string { return layout.Stitched(project, cycle) }
 
 // Run stitches one cycle: discovery and the memory check (newCycleRun),
 // the reference plane's fit and the alignment (alignReference), the plan
@@ -147,7 +146,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	r.tm.Write = r.w.seconds()
 	r.tm.Total = since(start)
-	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, r.cyc, o.Engine.Name(), r.tm, r.refits, r.fallbacks); err != nil {
+	if err := writeSentinel(layout.Sentinel(stage.Path), o, r.cyc, o.Engine.Name(), r.tm, r.refits, r.fallbacks); err != nil {
 		return nil, err
 	}
 	if err := stage.Commit(); err != nil {
@@ -456,8 +455,8 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 		b[i].tiles = nil
 		r.gc()
 		rd.done()
-		chDir := filepath.Join(dir, fmt.Sprintf("CH%d", pl.ch))
-		r.w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic, filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
+		chDir := filepath.Join(dir, layout.ChannelDir(pl.ch))
+		r.w.plane(filepath.Join(chDir, layout.StitchedPlane(pl.z)), mosaic, filepath.Join(chDir, layout.BaSiCDir, layout.BaSiCStem(pl.z)), prof)
 		mosaic = nil
 		if err := r.w.err(); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -72,7 +73,7 @@ func TestRunWritesLayout(t *testing.T) {
 			for _, p := range res.Positions {
 				maxY, maxX = max(maxY, p.Y), max(maxX, p.X)
 			}
-			info, _ := tiffio.ReadInfo(filepath.Join(cfg.ProjectDir, "data", "raw", "cyc01", "1_00001_Z001_CH1.tif"))
+			info, _ := tiffio.ReadInfo(filepath.Join(layout.RawCycleDir(cfg.ProjectDir, 1), "1_00001_Z001_CH1.tif"))
 			if d := img.H - (int(maxY+0.5) + info.Height); d != 0 || img.W-(int(maxX+0.5)+info.Width) != 0 {
 				t.Errorf("CH%d Z%d mosaic %dx%d for positions up to (%.1f, %.1f)", ch, z, img.W, img.H, maxY, maxX)
 			}
@@ -94,7 +95,7 @@ func TestRunWritesLayout(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	sent, _ := os.ReadFile(filepath.Join(out, ".snakemake_complete"))
+	sent, _ := os.ReadFile(layout.Sentinel(out))
 	if !strings.Contains(string(sent), "stage=stitch\ncycle=1\n") || !strings.Contains(string(sent), "zplanes=3") {
 		t.Errorf("sentinel:\n%s", sent)
 	}
@@ -113,7 +114,7 @@ func TestRunWritesLayout(t *testing.T) {
 // nothing of the cycle is left behind.
 func TestFailureLeavesNoOutput(t *testing.T) {
 	cfg := project(t)
-	bad := filepath.Join(cfg.ProjectDir, "data", "raw", "cyc01", "1_00004_Z003_CH2.tif")
+	bad := filepath.Join(layout.RawCycleDir(cfg.ProjectDir, 1), "1_00004_Z003_CH2.tif")
 	data, err := os.ReadFile(bad)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +136,7 @@ func TestFailureLeavesNoOutput(t *testing.T) {
 // TestUnwritableOutput: the output directory cannot be created.
 func TestUnwritableOutput(t *testing.T) {
 	cfg := project(t)
-	blocker := filepath.Join(cfg.ProjectDir, "data", "processed")
+	blocker := layout.ProcessedDir(cfg.ProjectDir)
 	if err := os.WriteFile(blocker, []byte("not a directory"), 0o644); err != nil {
 		t.Fatal(err)
 	}

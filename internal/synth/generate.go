@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// RawDir is data/raw/cycNN under a project directory.
+// RawDir is data/raw/cycNN under a project directory (layout.RawDir's cycNN
+// variant, which layout.ResolveRawCycleDir finds).
 func RawDir(projectDir string, cycle int) string {
-	return filepath.Join(projectDir, "data", "raw", fmt.Sprintf("cyc%02d", cycle))
+	return filepath.Join(layout.RawDir(projectDir), layout.CycleName(cycle))
 }
 
 // RawName is the CODEX file name of a raw tile: 1_{tile:05d}_Z{z:03d}_CH{c}.tif
@@ -67,7 +69,7 @@ func Generate(ctx context.Context, o Options) error {
 		ct.FlatfieldMin, ct.FlatfieldMax = lo, hi
 	}
 	for _, ct := range truth.Cycles {
-		dir := filepath.Join(gt, fmt.Sprintf("cyc%02d", ct.Cycle))
+		dir := filepath.Join(gt, layout.CycleName(ct.Cycle))
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return fmt.Errorf("create ground truth dir: %w", err)
 		}
@@ -158,7 +160,7 @@ func buildTruth(o Options, m *tissueModel) *Truth {
 		mh, mw := o.MosaicSize(pos)
 		ct := CycleTruth{
 			Cycle: cyc, Shift: Shift{DY: sh.Y, DX: sh.X}, MosaicHeight: mh, MosaicWidth: mw,
-			PositionsFile: fmt.Sprintf("cyc%02d/tile_positions.csv", cyc),
+			PositionsFile: layout.CycleName(cyc) + "/" + layout.TilePositionsName,
 		}
 		for k, p := range pos {
 			r, c := SnakeRowCol(k, o.Cols)
@@ -184,9 +186,9 @@ func buildTruth(o Options, m *tissueModel) *Truth {
 // ground_truth; z = 0 names the all-in-focus scene.
 func sceneName(cycle, ch, z int) string {
 	if z == 0 {
-		return fmt.Sprintf("cyc%02d/scene_CH%d_focus.tif", cycle, ch)
+		return fmt.Sprintf("%s/scene_CH%d_focus.tif", layout.CycleName(cycle), ch)
 	}
-	return fmt.Sprintf("cyc%02d/scene_CH%d_Z%02d.tif", cycle, ch, z)
+	return fmt.Sprintf("%s/scene_CH%d_Z%02d.tif", layout.CycleName(cycle), ch, z)
 }
 
 // channelGen renders one (cycle, channel).

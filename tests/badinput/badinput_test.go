@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -154,7 +155,7 @@ func catalogue() []badCase {
 		{"stitch", "flag unknown", run("--frobnicate"), nil, "", 2, "frobnicate"},
 		// output
 		{"stitch", "output directory not writable (a file in its place)", tileEdit(func(t *testing.T, p *project) {
-			os.MkdirAll(filepath.Join(p.Dir, "data", "processed"), 0o755)
+			os.MkdirAll(layout.ProcessedDir(p.Dir), 0o755)
 			write(t, filepath.Dir(p.Out), []byte("not a directory"))
 		}), nil, "", 1, "stitched"},
 		{"stitch", "output file system full (file size limit)", run(), nil, "ulimit -f 64;", 1, "file too large"},
@@ -352,7 +353,7 @@ func TestBadInputs(t *testing.T) {
 				t.Fatalf("cp: %v %s", err, out)
 			}
 			p := &project{Dir: dir, Cfg: filepath.Join(dir, "config.yaml"), Raw: filepath.Join(dir, "data", "raw", "cyc01"),
-				Out: filepath.Join(dir, "data", "processed", "stitched", "cyc01")}
+				Out: layout.Stitched(dir, 1)}
 			p.editConfig(t, "project_dir: "+tmpl, "project_dir: "+dir)
 			args := tc.setup(t, p)
 			// A run that hangs (a FIFO opened for reading, an endless file)
@@ -388,7 +389,7 @@ func TestBadInputs(t *testing.T) {
 				t.Errorf("left in %s: %v", filepath.Dir(p.Out), left)
 			}
 			if tc.code == 0 {
-				if _, err := os.Stat(filepath.Join(p.Out, ".snakemake_complete")); err != nil {
+				if _, err := os.Stat(layout.Sentinel(p.Out)); err != nil {
 					t.Errorf("accepted input: no sentinel: %v", err)
 				}
 			}

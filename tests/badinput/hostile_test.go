@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio/tiffiotest"
@@ -255,7 +256,7 @@ var hostileAfter = map[string]func(t *testing.T, p *project){
 				t.Errorf("%s: mode %v (%v), want 0775 under umask 002", d, st.Mode().Perm(), err)
 			}
 		}
-		for _, f := range []string{filepath.Join(p.Out, "CH1", "01.tif"), filepath.Join(p.Out, ".snakemake_complete")} {
+		for _, f := range []string{filepath.Join(p.Out, "CH1", "01.tif"), layout.Sentinel(p.Out)} {
 			if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o664 {
 				t.Errorf("%s: mode %v (%v), want 0664 under umask 002", f, st.Mode().Perm(), err)
 			}

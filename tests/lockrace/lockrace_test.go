@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -58,27 +59,26 @@ func project(t *testing.T) (cfg, processed string) {
 	if err := synth.WriteConfig(cfg, o, nil); err != nil {
 		t.Fatal(err)
 	}
-	return cfg, filepath.Join(o.OutDir, "data", "processed")
+	return cfg, layout.ProcessedDir(o.OutDir)
 }
 
 func stages(t *testing.T, cfg, processed string) []stage {
 	run := func(extra ...string) []string {
 		return append([]string{"run", "--config", cfg, "--device", "cpu", "--workers", "1", "--log-format", "text"}, extra...)
 	}
-	qcDir := filepath.Join(filepath.Dir(processed), "..", "qc_plots")
-	qcDir = filepath.Clean(qcDir)
+	proj := filepath.Dir(filepath.Dir(processed)) // <project>/data/processed
 	return []stage{
 		{name: "stitch", bin: exectest.Build(t, "kintsugi-stitch", "../../wrappers/stitch"), args: run("--cycle", "1"),
-			out: filepath.Join(processed, "stitched", "cyc01")},
+			out: layout.Stitched(proj, 1)},
 		{name: "decon", bin: exectest.Build(t, "kintsugi-decon", "../../wrappers/decon"), args: run("--cycle", "1"),
-			out: filepath.Join(processed, "deconvolved", "cyc01")},
+			out: layout.Deconvolved(proj, 1)},
 		{name: "edf", bin: exectest.Build(t, "kintsugi-edf", "../../wrappers/edf"), args: run("--cycle", "1"),
-			out: filepath.Join(processed, "edf", "cyc01")},
+			out: layout.EDFOut(proj, 1)},
 		{name: "registration", bin: exectest.Build(t, "kintsugi-register", "../../wrappers/register"), args: run(),
-			out: filepath.Join(processed, "registered")},
+			out: layout.Registered(proj)},
 		{name: "qc", bin: exectest.Build(t, "kintsugi-qc", "../../cmd/kintsugi-qc"),
 			args: []string{"run", "--stage", "registration", "--config", cfg, "--workers", "1", "--log-format", "text"},
-			out:  filepath.Join(qcDir, "registration"), done: filepath.Join(qcDir, ".snakemake_complete_registration")},
+			out:  layout.QCStage(proj, layout.Registration), done: layout.QCSentinel(proj, layout.Registration)},
 	}
 }
 
@@ -134,7 +134,7 @@ func listing(t *testing.T, s stage) string {
 	slices.Sort(lines)
 	sent := s.done
 	if sent == "" {
-		sent = filepath.Join(s.out, ".snakemake_complete")
+		sent = layout.Sentinel(s.out)
 	}
 	if fi, err := os.Stat(sent); err != nil || fi.Size() == 0 {
 		t.Fatalf("%s: sentinel %s: %v", s.name, sent, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/deconstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -58,7 +59,7 @@ func TestExecutable(t *testing.T) {
 	if err := tiffio.WriteGray16Pages(stack, pages); err != nil {
 		t.Fatal(err)
 	}
-	sentinel := filepath.Join(in, ".snakemake_complete")
+	sentinel := layout.Sentinel(in)
 	out := deconstage.OutDir(o.OutDir, 1)
 	tileOut := filepath.Join(dir, "tile.tif")
 	cases := []struct {
@@ -124,7 +125,7 @@ func TestExecutable(t *testing.T) {
 			if err := exectest.Check(msg, code, tc.code, tc.want); err != nil {
 				t.Fatal(err)
 			}
-			_, statErr := os.Stat(filepath.Join(out, ".snakemake_complete"))
+			_, statErr := os.Stat(layout.Sentinel(out))
 			if tc.args[0] == "run" && (tc.code == 0) != (statErr == nil) {
 				t.Errorf("decon sentinel present = %v after exit %d", statErr == nil, code)
 			}

@@ -56,7 +56,7 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 	if err := cliutil.CheckCycle(cfg, cycle); err != nil {
 		return err
 	}
-	if err := edf.FromConfig(cfg.EDF).Validate(); err != nil {
+	if err := edfstage.Params(cfg.EDF).Validate(); err != nil {
 		return cliutil.Usagef("%s: %w", cfg.Path, err)
 	}
 	f, workers, release, err := engine(o)
@@ -81,13 +81,13 @@ func tileCommand(ctx context.Context, o opts, in, out string) error {
 	if err := cliutil.CheckOutput("--out", out, in, o.configPath); err != nil {
 		return err
 	}
-	p, g := edf.DefaultParams(), edf.GateFromConfig(config.DefaultQualityGate())
+	p, g := edf.DefaultParams(), edfstage.Gate(config.DefaultQualityGate())
 	if o.configPath != "" {
 		cfg, err := cliutil.LoadConfig(o.configPath)
 		if err != nil {
 			return err
 		}
-		p, g = edf.FromConfig(cfg.EDF), edf.GateFromConfig(cfg.QualityGate)
+		p, g = edfstage.Params(cfg.EDF), edfstage.Gate(cfg.QualityGate)
 	}
 	if err := p.Validate(); err != nil {
 		return cliutil.AsUsage(err)

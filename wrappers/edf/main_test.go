@@ -8,6 +8,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -47,7 +48,7 @@ func TestExecutable(t *testing.T) {
 			}
 		}
 	}
-	os.WriteFile(filepath.Join(edfstage.InputDir(o.OutDir, 1), ".snakemake_complete"), []byte("stage=decon\n"), 0o644)
+	os.WriteFile(layout.Sentinel(edfstage.InputDir(o.OutDir, 1)), []byte("stage=decon\n"), 0o644)
 	stackDir := filepath.Join(edfstage.InputDir(o.OutDir, 1), "CH1")
 	multi := filepath.Join(dir, "stack.tif")
 	tiffio.WriteGray16Pages(multi, st.Planes)

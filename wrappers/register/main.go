@@ -144,7 +144,7 @@ func pairParams(cfgPath string, rigidOnly bool) (register.Params, error) {
 		}
 		r = cfg.Registration
 	}
-	p := register.ParamsFromConfig(r)
+	p := regstage.Params(r)
 	if rigidOnly {
 		p.RigidOnly = true
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -128,7 +129,7 @@ func correctCommand(ctx context.Context, o commandOptions, t correctOptions) err
 	}
 	dir := t.Profiles
 	if dir == "" {
-		dir = filepath.Join(stitch.OutDir(cfg.ProjectDir, o.Cycle), fmt.Sprintf("CH%d", t.Channel), "basic")
+		dir = filepath.Join(stitch.OutDir(cfg.ProjectDir, o.Cycle), layout.ChannelDir(t.Channel), layout.BaSiCDir)
 	}
 	cyc, err := dataset.Discover(ctx, cfg.ProjectDir, o.Cycle, dataset.Options{
 		Rows: cfg.TileRows, Cols: cfg.TileCols, Channels: []int{t.Channel}, NZPlanes: cfg.NZPlanes, Workers: workers})

@@ -15,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil/stagecli"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -64,7 +65,7 @@ func TestRunAndCorrectTile(t *testing.T) {
 	}
 	for i, pg := range pages {
 		z := i + 1
-		raw, err := tiffio.ReadGray16(filepath.Join(cfg.ProjectDir, "data", "raw", "cyc01", fmt.Sprintf("1_00005_Z%03d_CH2.tif", z)))
+		raw, err := tiffio.ReadGray16(filepath.Join(layout.RawCycleDir(cfg.ProjectDir, 1), fmt.Sprintf("1_00005_Z%03d_CH2.tif", z)))
 		if err != nil {
 			t.Fatal(err)
 		}

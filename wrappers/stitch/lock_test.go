@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
@@ -34,7 +35,7 @@ func tinyProject(t *testing.T, dir string, nz int) (cfg, out string) {
 	if err := synth.WriteConfig(cfg, o, nil); err != nil {
 		t.Fatal(err)
 	}
-	return cfg, filepath.Join(dir, "data", "processed", "stitched", "cyc01")
+	return cfg, layout.Stitched(dir, 1)
 }
 
 func stitchCmd(bin, cfg string, extraEnv ...string) *exec.Cmd {

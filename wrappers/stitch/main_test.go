@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -54,7 +55,7 @@ func TestExecutable(t *testing.T) {
 		{"unknown flag", nil, []string{"run", "--frobnicate"}, 2, "frobnicate"},
 		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "-c", cfg, "--cycle", "1", "--device", "cpu", "--log-format", "json"}, 0, `"source":"cpus_per_task"`},
 	}
-	out := filepath.Join(o.OutDir, "data", "processed", "stitched", "cyc01")
+	out := layout.Stitched(o.OutDir, 1)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)
@@ -71,7 +72,7 @@ func TestExecutable(t *testing.T) {
 			if code != tc.code || !strings.Contains(string(msg), tc.want) {
 				t.Errorf("exit %d (want %d), output lacks %q:\n%s", code, tc.code, tc.want, msg)
 			}
-			_, statErr := os.Stat(filepath.Join(out, ".snakemake_complete"))
+			_, statErr := os.Stat(layout.Sentinel(out))
 			if (tc.code == 0) != (statErr == nil) {
 				t.Errorf("sentinel present = %v after exit %d", statErr == nil, code)
 			}

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/plot"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -32,7 +33,7 @@ func (r *Report) registrationSection(ctx context.Context, cfg *config.Config, _ 
 		if rs == nil || m.Cycle == rs.ReferenceCycle {
 			continue
 		}
-		cats = append(cats, config.CycleName(m.Cycle))
+		cats = append(cats, layout.CycleName(m.Cycle))
 		sb = append(sb, stageNum(rs.StageMetrics, "ncc_before"))
 		sa = append(sa, stageNum(rs.StageMetrics, "ncc_final"))
 		fb = append(fb, float64(rs.NCCEDF))
@@ -57,14 +58,14 @@ func (r *Report) registrationSection(ctx context.Context, cfg *config.Config, _ 
 		}
 		return s
 	}
-	proc := filepath.Join(cfg.ProjectDir, "data", "processed")
+	proc := layout.ProcessedDir(cfg.ProjectDir)
 	refImg := refMetrics.Registration.Image
-	refReg, err := tiffio.ReadGray16(filepath.Join(proc, "registered", config.CycleName(refCycle), refImg))
+	refReg, err := tiffio.ReadGray16(filepath.Join(proc, layout.RegisteredDir, layout.CycleName(refCycle), refImg))
 	if err != nil {
 		s.Notes = append(s.Notes, fmt.Sprintf("reference image: %v: overlays not drawn", err))
 		return s
 	}
-	refEDF, errE := tiffio.ReadGray16(filepath.Join(proc, "edf", config.CycleName(refCycle), refImg))
+	refEDF, errE := tiffio.ReadGray16(filepath.Join(proc, layout.EDFDir, layout.CycleName(refCycle), refImg))
 	cy, cx := bestCrop(refReg, r.opt.CropPx)
 	side := min(r.opt.CropPx, refReg.W, refReg.H)
 	for _, m := range ms {
@@ -75,15 +76,15 @@ func (r *Report) registrationSection(ctx context.Context, cfg *config.Config, _ 
 		if rs == nil || m.Cycle == refCycle {
 			continue
 		}
-		name := config.CycleName(m.Cycle)
-		reg, err := tiffio.ReadGray16(filepath.Join(proc, "registered", name, rs.Image))
+		name := layout.CycleName(m.Cycle)
+		reg, err := tiffio.ReadGray16(filepath.Join(proc, layout.RegisteredDir, name, rs.Image))
 		if err != nil {
 			s.Notes = append(s.Notes, fmt.Sprintf("%s: %v", name, err))
 			continue
 		}
 		var panels []plot.ImagePanel
 		if errE == nil {
-			if edf, err := tiffio.ReadGray16(filepath.Join(proc, "edf", name, rs.Image)); err == nil {
+			if edf, err := tiffio.ReadGray16(filepath.Join(proc, layout.EDFDir, name, rs.Image)); err == nil {
 				panels = append(panels, plot.ImagePanel{Title: fmt.Sprintf("before: %s EDF vs reference (file NCC %s)", name, f4(float64(rs.NCCEDF))),
 					X0: float64(cx), Y0: float64(cy), W: float64(side), H: float64(side), RGB: qc.Overlay(crop(refEDF, cy, cx, side), crop(edf, cy, cx, side), side)})
 			}
@@ -173,7 +174,7 @@ type FieldMaps struct {
 // ReadField reads registration_data/<cycle>_transform.json and its field
 // (nil, nil for a rigid-only transform).
 func ReadField(proc, name string) (*FieldMaps, error) {
-	m, _, _, err := regstage.ReadTransform(filepath.Join(proc, "registered", "registration_data", name+"_transform.json"))
+	m, _, _, err := regstage.ReadTransform(filepath.Join(proc, layout.RegisteredDir, layout.RegistrationDataDir, name+"_transform.json"))
 	if err != nil {
 		return nil, err
 	}

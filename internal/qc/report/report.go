@@ -56,6 +56,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/plot"
 )
@@ -116,7 +117,7 @@ func Build(ctx context.Context, cfg *config.Config, opt Options) (*Report, error
 	}
 	r := &Report{Project: cfg.ProjectDir, Generated: time.Now().UTC(), Cycles: cfg.Cycles, Channels: cfg.Channels,
 		Metrics: map[string][]qc.CycleMetrics{}, opt: opt}
-	logs, err := ReadLogs(filepath.Join(cfg.ProjectDir, "slurm", "logs", "snakemake"))
+	logs, err := ReadLogs(layout.Logs(cfg.ProjectDir))
 	if err != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("stage logs: %v", err))
 	}
@@ -144,7 +145,7 @@ func Build(ctx context.Context, cfg *config.Config, opt Options) (*Report, error
 func readMetrics(cfg *config.Config, stage string) []qc.CycleMetrics {
 	var out []qc.CycleMetrics
 	for _, c := range cfg.Cycles {
-		b, err := os.ReadFile(filepath.Join(cfg.ProjectDir, "qc_plots", stage, config.CycleName(c)+"_metrics.json"))
+		b, err := os.ReadFile(filepath.Join(layout.QCStage(cfg.ProjectDir, stage), layout.MetricsName(c)))
 		if err != nil {
 			continue
 		}
@@ -154,10 +155,6 @@ func readMetrics(cfg *config.Config, stage string) []qc.CycleMetrics {
 		}
 	}
 	return out
-}
-
-func stageDir(stage string) string {
-	return map[string]string{"stitch": "stitched", "decon": "deconvolved", "edf": "edf", "registration": "registered"}[stage]
 }
 
 // missingNote says which cycles have no metrics for a stage.
@@ -185,7 +182,7 @@ func (r *Report) summary(cfg *config.Config, logs []StageLog) {
 		t.Head = append(t.Head, fmt.Sprintf("CH%d", ch))
 	}
 	for _, c := range cfg.Cycles {
-		row := []string{config.CycleName(c)}
+		row := []string{layout.CycleName(c)}
 		for _, ch := range cfg.Channels {
 			m := cfg.ChannelMarker(c, ch)
 			if m == "" {
@@ -287,7 +284,7 @@ func (r *Report) summary(cfg *config.Config, logs []StageLog) {
 				}
 			}
 		}
-		qt.Rows = append(qt.Rows, []string{config.CycleName(c), refits, uniform, edfText, dropped})
+		qt.Rows = append(qt.Rows, []string{layout.CycleName(c), refits, uniform, edfText, dropped})
 	}
 	r.Summary = append(r.Summary, qt)
 	// Registration scores.
@@ -375,7 +372,7 @@ func regTable(cfg *config.Config, ms []qc.CycleMetrics) (Table, bool) {
 			continue
 		}
 		sm := rs.StageMetrics
-		row := []string{config.CycleName(m.Cycle), rs.Image}
+		row := []string{layout.CycleName(m.Cycle), rs.Image}
 		if m.Cycle == rs.ReferenceCycle {
 			row = append(row, "reference", "", "", f4(float64(rs.NCCEDF)), f4(float64(rs.NCCRegistered)), "", "", "", "", "")
 		} else if sm == nil {
@@ -409,9 +406,9 @@ var (
 
 func rowLabel(cfg *config.Config, cycle, ch int) string {
 	if m := cfg.ChannelMarker(cycle, ch); m != "" {
-		return config.CycleName(cycle) + " " + m
+		return layout.CycleName(cycle) + " " + m
 	}
-	return config.CycleName(cycle)
+	return layout.CycleName(cycle)
 }
 
 // heatPanels builds one panel per channel: rows cycles, columns z (one
@@ -590,7 +587,7 @@ func (r *Report) edfSection(_ context.Context, cfg *config.Config, _ []StageLog)
 		s.Figures = append(s.Figures, plot.Heatmaps("edf_saturation_heatmap", capital(mSat.title)+" of the EDF images", "", heatPanels(cfg, ms, mSat, "EDF"), per))
 	}
 	for _, cm := range ms {
-		if f := overviewFigure(cfg, "edf", cm, fmt.Sprintf("EDF images of %s", config.CycleName(cm.Cycle))); f != nil {
+		if f := overviewFigure(cfg, "edf", cm, fmt.Sprintf("EDF images of %s", layout.CycleName(cm.Cycle))); f != nil {
 			s.Figures = append(s.Figures, f)
 		}
 	}
@@ -617,7 +614,7 @@ func focusMapFigure(cfg *config.Config, cm qc.CycleMetrics) *plot.Figure {
 	if len(panels) == 0 {
 		return nil
 	}
-	f := plot.Images("edf_"+config.CycleName(cm.Cycle)+"_focusmap", fmt.Sprintf("Sharpest deconvolved plane of %s per block", config.CycleName(cm.Cycle)),
+	f := plot.Images("edf_"+layout.CycleName(cm.Cycle)+"_focusmap", fmt.Sprintf("Sharpest deconvolved plane of %s per block", layout.CycleName(cm.Cycle)),
 		"Per block, the z-plane (1-based) whose variance of the Laplacian is highest; a uniform map means one plane is in focus everywhere, a gradient a tilted section. Axes in full-resolution px.",
 		panels, min(len(panels), 2), vg.Points(330))
 	f.Data = panels
@@ -637,7 +634,7 @@ func readPNG(path string) (image.Image, error) {
 func overviewFigure(cfg *config.Config, stage string, cm qc.CycleMetrics, title string) *plot.Figure {
 	var panels []plot.ImagePanel
 	for _, ch := range cm.Channels {
-		img, err := readPNG(filepath.Join(cfg.ProjectDir, "qc_plots", stage, ch.Overview))
+		img, err := readPNG(filepath.Join(layout.QCStage(cfg.ProjectDir, stage), ch.Overview))
 		if err != nil || len(ch.Planes) == 0 {
 			continue
 		}
@@ -648,7 +645,7 @@ func overviewFigure(cfg *config.Config, stage string, cm qc.CycleMetrics, title 
 	if len(panels) == 0 {
 		return nil
 	}
-	return plot.Images(stage+"_"+config.CycleName(cm.Cycle)+"_overview", title,
+	return plot.Images(stage+"_"+layout.CycleName(cm.Cycle)+"_overview", title,
 		"Downsampled overview, contrast-stretched between the 0.5 and 99.5 % percentiles of each image; axes in full-resolution px.", panels, min(len(panels), 2), vg.Points(330))
 }
 

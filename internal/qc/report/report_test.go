@@ -19,6 +19,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/plot"
 )
@@ -68,7 +69,7 @@ func buildFixture(t *testing.T) error {
 		return fmt.Errorf("synth: exit %d\n%s", code, out)
 	}
 	cfgPath := filepath.Join(proj, "config.yaml")
-	logs := filepath.Join(proj, "slurm", "logs", "snakemake")
+	logs := layout.Logs(proj)
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return err
 	}
@@ -88,7 +89,7 @@ func buildFixture(t *testing.T) error {
 	}
 	for _, st := range []struct{ bin, log string }{{"stitch", "stitch"}, {"decon", "decon"}, {"edf", "edf"}} {
 		for _, c := range cfg.Cycles {
-			if err := run(fmt.Sprintf("%s_%s.log", st.log, config.CycleName(c)), bins[st.bin], "run", "--config", cfgPath, "--cycle", strconv.Itoa(c), "--device", "cpu"); err != nil {
+			if err := run(fmt.Sprintf("%s_%s.log", st.log, layout.CycleName(c)), bins[st.bin], "run", "--config", cfgPath, "--cycle", strconv.Itoa(c), "--device", "cpu"); err != nil {
 				return err
 			}
 		}
@@ -105,7 +106,7 @@ func buildFixture(t *testing.T) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := Write(rep, filepath.Join(proj, "qc_plots")); err != nil {
+	if _, _, err := Write(rep, layout.QCDir(proj)); err != nil {
 		return err
 	}
 	fixture.cfg, fixture.rep = cfg, rep
@@ -154,7 +155,7 @@ func figure(t *testing.T, r *Report, name string) *plot.Figure {
 // planeValue is the metrics JSON's value of one plane: stage, cycle, channel, z, key.
 func planeValue(t *testing.T, proj, stage string, cycle, ch, z int, key string) (float64, bool) {
 	t.Helper()
-	m := jsonDoc(t, filepath.Join(proj, "qc_plots", stage, config.CycleName(cycle)+"_metrics.json"))
+	m := jsonDoc(t, filepath.Join(layout.QCStage(proj, stage), layout.MetricsName(cycle)))
 	for _, c := range m["channels"].([]any) {
 		cm := c.(map[string]any)
 		if int(num(t, cm["channel"])) != ch {
@@ -250,8 +251,8 @@ func TestFiguresMatchMetrics(t *testing.T) {
 		t.Fatalf("NCC bars for %v, want every cycle but the reference", cats)
 	}
 	for i, cat := range cats {
-		qcm := jsonDoc(t, filepath.Join(proj, "qc_plots", "registration", cat+"_metrics.json"))["registration"].(map[string]any)
-		stm := jsonDoc(t, filepath.Join(proj, "data", "processed", "registered", "qc", cat+"_metrics.json"))["metrics"].(map[string]any)
+		qcm := jsonDoc(t, filepath.Join(layout.QCStage(proj, layout.Registration), cat+"_metrics.json"))["registration"].(map[string]any)
+		stm := jsonDoc(t, filepath.Join(layout.Registered(proj), layout.RegisteredQCDir, cat+"_metrics.json"))["metrics"].(map[string]any)
 		want := map[string]float64{"stage NCC before": num(t, stm["ncc_before"]), "stage NCC final": num(t, stm["ncc_final"]),
 			"file NCC before (EDF)": num(t, qcm["ncc_edf"]), "file NCC after (registered)": num(t, qcm["ncc_registered"])}
 		for _, g := range groups {
@@ -275,9 +276,9 @@ func TestFiguresMatchMetrics(t *testing.T) {
 
 	// Focus maps: the decon metrics' best_z, block by block.
 	for _, c := range cfg.Cycles {
-		name := config.CycleName(c)
+		name := layout.CycleName(c)
 		panels := figure(t, r, "edf_"+name+"_focusmap").Data.([]plot.ImagePanel)
-		chans := jsonDoc(t, filepath.Join(proj, "qc_plots", "decon", name+"_metrics.json"))["channels"].([]any)
+		chans := jsonDoc(t, filepath.Join(layout.QCStage(proj, layout.Decon), name+"_metrics.json"))["channels"].([]any)
 		if len(panels) != len(chans) {
 			t.Fatalf("%s: %d focus map panels, %d channels", name, len(panels), len(chans))
 		}
@@ -297,7 +298,7 @@ func TestFiguresMatchMetrics(t *testing.T) {
 
 	// Seams: every grid neighbour pair scored, NCC in (0, 1] at the stitched positions.
 	for _, c := range cfg.Cycles {
-		d := figure(t, r, "stitch_"+config.CycleName(c)+"_grid").Data.(map[string]any)
+		d := figure(t, r, "stitch_"+layout.CycleName(c)+"_grid").Data.(map[string]any)
 		seams := d["seams"].([]Seam)
 		if want := cfg.TileRows*(cfg.TileCols-1) + (cfg.TileRows-1)*cfg.TileCols; len(seams) != want {
 			t.Errorf("cycle %d: %d seams, want %d", c, len(seams), want)
@@ -320,7 +321,7 @@ func TestSummary(t *testing.T) {
 			t.Errorf("summary lacks %q", want)
 		}
 	}
-	logs, err := ReadLogs(filepath.Join(cfg.ProjectDir, "slurm", "logs", "snakemake"))
+	logs, err := ReadLogs(layout.Logs(cfg.ProjectDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +402,7 @@ func TestMissingInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, size, err := Write(r, filepath.Join(dir, "qc_plots"))
+	path, size, err := Write(r, layout.QCDir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +416,7 @@ func TestMissingInputs(t *testing.T) {
 		}
 	}
 	for _, n := range PDFNames {
-		if b, err := os.ReadFile(filepath.Join(dir, "qc_plots", n)); err != nil || !bytes.HasPrefix(b, []byte("%PDF-")) {
+		if b, err := os.ReadFile(filepath.Join(layout.QCDir(dir), n)); err != nil || !bytes.HasPrefix(b, []byte("%PDF-")) {
 			t.Errorf("%s: %v (%d bytes)", n, err, len(b))
 		}
 	}
@@ -425,7 +426,7 @@ func TestMissingInputs(t *testing.T) {
 func TestPDFs(t *testing.T) {
 	cfg, r := project(t)
 	for _, s := range r.Sections {
-		b, err := os.ReadFile(filepath.Join(cfg.ProjectDir, "qc_plots", PDFNames[s.ID]))
+		b, err := os.ReadFile(filepath.Join(layout.QCDir(cfg.ProjectDir), PDFNames[s.ID]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -491,7 +492,7 @@ func chromium(t *testing.T, args ...string) []byte {
 // not blank (many colours, the header's colour present).
 func TestChromiumRenders(t *testing.T) {
 	cfg, r := project(t)
-	page := filepath.Join(cfg.ProjectDir, "qc_plots", HTMLName)
+	page := filepath.Join(layout.QCDir(cfg.ProjectDir), HTMLName)
 	b, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)

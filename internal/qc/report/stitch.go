@@ -18,6 +18,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc/plot"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -97,9 +98,9 @@ func Seams(ctx context.Context, cfg *config.Config, cycle, ch, z int, pos []tile
 	if err != nil {
 		return nil, err
 	}
-	basic := filepath.Join(cfg.ProjectDir, "data", "processed", "stitched", config.CycleName(cycle), fmt.Sprintf("CH%d", ch), "basic")
-	flat, errF := tiffio.ReadFloat32(filepath.Join(basic, fmt.Sprintf("%02d_flatfield.tif", z)))
-	dark, errD := tiffio.ReadFloat32(filepath.Join(basic, fmt.Sprintf("%02d_darkfield.tif", z)))
+	basic := filepath.Join(layout.Stitched(cfg.ProjectDir, cycle), layout.ChannelDir(ch), layout.BaSiCDir)
+	flat, errF := tiffio.ReadFloat32(filepath.Join(basic, layout.Flatfield(z)))
+	dark, errD := tiffio.ReadFloat32(filepath.Join(basic, layout.Darkfield(z)))
 	tiles := map[int]*raster.Float32{}
 	get := func(k int) *raster.Float32 {
 		if t, ok := tiles[k]; ok {
@@ -153,8 +154,8 @@ func Seams(ctx context.Context, cfg *config.Config, cycle, ch, z int, pos []tile
 }
 
 func stitchOverview(ctx context.Context, cfg *config.Config, c int, ms []qc.CycleMetrics, logs []StageLog) (*plot.Figure, []string, string) {
-	name := config.CycleName(c)
-	pos, err := readPositions(filepath.Join(cfg.ProjectDir, "data", "processed", "stitched", name, "tile_positions.csv"))
+	name := layout.CycleName(c)
+	pos, err := readPositions(filepath.Join(layout.Stitched(cfg.ProjectDir, c), layout.TilePositionsName))
 	if err != nil {
 		return nil, nil, fmt.Sprintf("%s: no tile grid or seams (%v)", name, err)
 	}
@@ -214,7 +215,7 @@ func stitchOverview(ctx context.Context, cfg *config.Config, c int, ms []qc.Cycl
 	if chm == nil || len(chm.Planes) == 0 {
 		return nil, row, note
 	}
-	img, err := readPNG(filepath.Join(cfg.ProjectDir, "qc_plots", "stitch", chm.Overview))
+	img, err := readPNG(filepath.Join(layout.QCStage(cfg.ProjectDir, layout.Stitch), chm.Overview))
 	if err != nil {
 		return nil, row, joinNotes(note, fmt.Sprintf("%s: overview: %v", name, err))
 	}
@@ -355,24 +356,24 @@ func basicFigures(cfg *config.Config) (Table, []*plot.Figure, []string) {
 		var flats, darks []plot.ImagePanel
 		missing := 0
 		for _, ch := range cfg.Channels {
-			dir := filepath.Join(cfg.ProjectDir, "data", "processed", "stitched", config.CycleName(c), fmt.Sprintf("CH%d", ch), "basic")
-			ents, _ := filepath.Glob(filepath.Join(dir, "*_flatfield.tif"))
+			dir := filepath.Join(layout.Stitched(cfg.ProjectDir, c), layout.ChannelDir(ch), layout.BaSiCDir)
+			ents, _ := filepath.Glob(filepath.Join(dir, "*"+layout.FlatfieldSuffix))
 			sort.Strings(ents)
 			if len(ents) == 0 {
 				missing++
 				continue
 			}
 			for i, fp := range ents {
-				zs := strings.TrimSuffix(filepath.Base(fp), "_flatfield.tif")
+				zs := strings.TrimSuffix(filepath.Base(fp), layout.FlatfieldSuffix)
 				flat, err1 := tiffio.ReadFloat32(fp)
-				dark, err2 := tiffio.ReadFloat32(filepath.Join(dir, zs+"_darkfield.tif"))
+				dark, err2 := tiffio.ReadFloat32(filepath.Join(dir, zs+layout.DarkfieldSuffix))
 				if err1 != nil || err2 != nil {
-					t.Rows = append(t.Rows, []string{config.CycleName(c), fmt.Sprintf("CH%d", ch), zs, "unreadable", "unreadable"})
+					t.Rows = append(t.Rows, []string{layout.CycleName(c), fmt.Sprintf("CH%d", ch), zs, "unreadable", "unreadable"})
 					continue
 				}
 				fl, fh := f32Range(flat)
 				dl, dh := f32Range(dark)
-				t.Rows = append(t.Rows, []string{config.CycleName(c), fmt.Sprintf("CH%d", ch), zs, fmt.Sprintf("%.3f – %.3f", fl, fh), fmt.Sprintf("%.1f – %.1f", dl, dh)})
+				t.Rows = append(t.Rows, []string{layout.CycleName(c), fmt.Sprintf("CH%d", ch), zs, fmt.Sprintf("%.3f – %.3f", fl, fh), fmt.Sprintf("%.1f – %.1f", dl, dh)})
 				if i == (len(ents)-1)/2 {
 					v, w, h := blockMean(flat, 96)
 					flats = append(flats, plot.ImagePanel{Title: fmt.Sprintf("CH%d z%s flatfield %.3f–%.3f", ch, zs, fl, fh), W: float64(flat.W), H: float64(flat.H),
@@ -384,11 +385,11 @@ func basicFigures(cfg *config.Config) (Table, []*plot.Figure, []string) {
 			}
 		}
 		if missing > 0 {
-			notes = append(notes, fmt.Sprintf("%s: no BaSiC profiles for %d channel(s) (stitched/%s/CH{c}/basic/ missing)", config.CycleName(c), missing, config.CycleName(c)))
+			notes = append(notes, fmt.Sprintf("%s: no BaSiC profiles for %d channel(s) (stitched/%s/CH{c}/basic/ missing)", layout.CycleName(c), missing, layout.CycleName(c)))
 		}
 		panels = append(flats, darks...)
 		if len(panels) > 0 {
-			figs = append(figs, plot.Images("basic_"+config.CycleName(c), fmt.Sprintf("BaSiC flatfield and darkfield of %s (middle plane)", config.CycleName(c)),
+			figs = append(figs, plot.Images("basic_"+layout.CycleName(c), fmt.Sprintf("BaSiC flatfield and darkfield of %s (middle plane)", layout.CycleName(c)),
 				"Top: flatfield (gain, normalised to mean 1; the tiles are divided by it). Bottom: darkfield (counts; subtracted). Each image on its own scale; axes in tile px.",
 				panels, len(flats), vg.Points(230)))
 		}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -81,7 +81,7 @@ func WriteProjectChannels(t testing.TB, dir string, cycles, channels int, reg ma
 				t.Fatal(err)
 			}
 		}
-		if err := os.WriteFile(filepath.Join(d, staging.SentinelName), []byte("stage=edf\n"), 0o644); err != nil {
+		if err := os.WriteFile(layout.Sentinel(d), []byte("stage=edf\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
