@@ -1,15 +1,17 @@
 //go:build cuda
 
-// Command kintsugi-gpubench measures the stitch stage on the GPU on a
-// production-size synthetic cycle generated on the spot (default: 7 x 9
-// tiles of 1440 x 1920 px, 20 z-planes, 4 channels: 5040 raw TIFFs, 27.9
-// GB). It writes the raw tiles and config.yaml in the project layout, runs
-// the real stage (stitch.Run: TIFF read, BaSiC fits, correction, alignment,
-// blending, TIFF write) with the CUDA engine, and prints the per-step times,
-// the whole stage, peak GPU memory, accuracy against the known truth, and
-// the targets of the issue beside the original's times on the same card.
-// With -cpu-compare it also runs the CPU reference on one plane (fit,
-// translations, correction + blend) and prints times and differences.
+// Command kintsugi-gpubench measures the CUDA engine stage by stage
+// (-stage: stitch, the default, decon, edf, register, open, or all) on
+// production-size synthetic data generated on the spot. For the stitch stage
+// (default: 7 x 9 tiles of 1440 x 1920 px, 20 z-planes, 4 channels: 5040 raw
+// TIFFs, 27.9 GB) it writes the raw tiles and config.yaml in the project
+// layout, runs the real stage (stitch.Run: TIFF read, BaSiC fits,
+// correction, alignment, blending, TIFF write) with the CUDA engine, and
+// prints the per-step times, the whole stage, peak GPU memory, accuracy
+// against the known truth, and the targets of the issue beside the
+// original's times on the same card. With -cpu-compare it also runs the CPU
+// reference on one plane (fit, translations, correction + blend) and prints
+// times and differences. The other stages print their own tables.
 //
 // Run on a GPU machine: make gpu-bench GPU_BENCH_ARGS="-dir /tmp/kbench".
 package main
@@ -123,50 +125,9 @@ func main() {
 }
 
 func run(ctx context.Context, f flags) error {
-	o, err := synth.Preset(f.preset)
+	o, rawGB, truthPos, truthFlat, err := benchProject(ctx, f)
 	if err != nil {
 		return err
-	}
-	o.OutDir = f.dir
-	o.Workers = f.workers
-	o.WriteTruthScene = false
-	if f.nz > 0 {
-		o.NZ = f.nz
-	}
-	if f.nch > 0 {
-		o.NChannels = f.nch
-	}
-	o.NCycles, o.Cycles = 1, []int{1}
-	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rawGB := float64(o.Rows*o.Cols*o.NZ*o.NChannels) * float64(o.TileH*o.TileW*2) / 1e9
-	fmt.Printf("gpubench: %d x %d tiles of %d x %d px, %d z, %d channels (%.1f GB raw) in %s, %d workers\n",
-		o.Rows, o.Cols, o.TileH, o.TileW, o.NZ, o.NChannels, rawGB, f.dir, f.workers)
-	if out, err := exec.Command("df", "-h", filepath.Dir(filepath.Clean(f.dir))).CombinedOutput(); err == nil {
-		fmt.Print(string(out))
-	}
-
-	var truthPos []raster.Point
-	var truthFlat [][]float64
-	if !f.skipGen {
-		os.RemoveAll(f.dir)
-		t0 := time.Now()
-		switch f.gen {
-		case "fast":
-			truthPos, truthFlat, err = generateFast(ctx, o)
-		case "synth":
-			err = synth.Generate(ctx, o)
-		default:
-			err = fmt.Errorf("unknown generator %q", f.gen)
-		}
-		if err != nil {
-			return fmt.Errorf("generate: %w", err)
-		}
-		if err := synth.WriteConfig(synth.ConfigPath(f.dir), o, nil); err != nil {
-			return err
-		}
-		sec := time.Since(t0).Seconds()
-		fmt.Printf("generated and wrote %d raw TIFFs (%.1f GB) with the %s generator in %.1f s (%.2f GB/s including generation)\n",
-			o.Rows*o.Cols*o.NZ*o.NChannels, rawGB, f.gen, sec, rawGB/sec)
 	}
 	if !f.keep {
 		defer os.RemoveAll(f.dir)
@@ -218,6 +179,74 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
+	printStitchTable(res, o, f, rawGB, cold, ms)
+
+	if truthPos != nil {
+		reportAccuracy(res, truthPos, truthFlat, o)
+	}
+	if f.cpuCompare {
+		if err := compareCPU(ctx, eng, cfg, o, res); err != nil {
+			return fmt.Errorf("cpu compare: %w", err)
+		}
+	}
+	return nil
+}
+
+// benchProject returns the synthetic options of -preset (with -nz, -nch,
+// one cycle) and the raw size in GB; unless -skip-gen it writes the raw
+// tiles and config.yaml into -dir and, with the fast generator, returns the
+// true tile positions (px, acquisition order) and flatfields.
+func benchProject(ctx context.Context, f flags) (o synth.Options, rawGB float64, truthPos []raster.Point, truthFlat [][]float64, err error) {
+	o, err = synth.Preset(f.preset)
+	if err != nil {
+		return o, 0, nil, nil, err
+	}
+	o.OutDir = f.dir
+	o.Workers = f.workers
+	o.WriteTruthScene = false
+	if f.nz > 0 {
+		o.NZ = f.nz
+	}
+	if f.nch > 0 {
+		o.NChannels = f.nch
+	}
+	o.NCycles, o.Cycles = 1, []int{1}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rawGB = float64(o.Rows*o.Cols*o.NZ*o.NChannels) * float64(o.TileH*o.TileW*2) / 1e9
+	fmt.Printf("gpubench: %d x %d tiles of %d x %d px, %d z, %d channels (%.1f GB raw) in %s, %d workers\n",
+		o.Rows, o.Cols, o.TileH, o.TileW, o.NZ, o.NChannels, rawGB, f.dir, f.workers)
+	if out, err := exec.Command("df", "-h", filepath.Dir(filepath.Clean(f.dir))).CombinedOutput(); err == nil {
+		fmt.Print(string(out))
+	}
+
+	if !f.skipGen {
+		os.RemoveAll(f.dir)
+		t0 := time.Now()
+		switch f.gen {
+		case "fast":
+			truthPos, truthFlat, err = generateFast(ctx, o)
+		case "synth":
+			err = synth.Generate(ctx, o)
+		default:
+			err = fmt.Errorf("unknown generator %q", f.gen)
+		}
+		if err != nil {
+			return o, 0, nil, nil, fmt.Errorf("generate: %w", err)
+		}
+		if err := synth.WriteConfig(synth.ConfigPath(f.dir), o, nil); err != nil {
+			return o, 0, nil, nil, err
+		}
+		sec := time.Since(t0).Seconds()
+		fmt.Printf("generated and wrote %d raw TIFFs (%.1f GB) with the %s generator in %.1f s (%.2f GB/s including generation)\n",
+			o.Rows*o.Cols*o.NZ*o.NChannels, rawGB, f.gen, sec, rawGB/sec)
+	}
+	return o, rawGB, truthPos, truthFlat, nil
+}
+
+// printStitchTable prints the stitch stage's step times (s) of res beside
+// the issue's targets and the original's times on the H200, scaled to the
+// planes run, and the peak GPU memory ms.
+func printStitchTable(res *stitch.Result, o synth.Options, f flags, rawGB float64, cold bool, ms gpu.MemStats) {
 	tm := res.Timings
 	planes := res.Planes
 	outGB := 0.0
@@ -248,15 +277,6 @@ func run(ctx context.Context, f flags) error {
 	fmt.Printf("(reading runs ahead of the GPU work and writing behind it; *write is busy time summed over up to %d concurrent writers;\n TIFF reads are %s)\n",
 		f.workers, map[bool]string{true: "cold (page cache dropped)", false: "from the page cache (the files were just written)"}[cold])
 
-	if truthPos != nil {
-		reportAccuracy(res, truthPos, truthFlat, o)
-	}
-	if f.cpuCompare {
-		if err := compareCPU(ctx, eng, cfg, o, res); err != nil {
-			return fmt.Errorf("cpu compare: %w", err)
-		}
-	}
-	return nil
 }
 
 // openEngine opens the GPU engine of -device, prints its name and how long
