@@ -7,20 +7,9 @@ import (
 	"testing"
 )
 
-// bare sets every required key and nothing else: each other value the
-// loader returns is its default.
-const bare = `
-project_dir: /data/p
-cycles: [1]
-channels: [1]
-tile_rows: 2
-tile_cols: 2
-tile_overlap: 0.3
-ncc_threshold: 0.078
-pou: 0.5
-resources:
-  accounts: [{name: a, gpu_slots: 1}]
-`
+// bare is minimal without its one partition: each value the loader returns
+// for a key bare does not set is that key's default.
+var bare = strings.Replace(minimal, ", partition_gpu: hpg-b200", "", 1)
 
 // Defaults the loader does not apply itself, and why.
 var notLoaderDefaults = map[string]string{
@@ -54,7 +43,10 @@ func TestSchemaDefaultsAreTheLoaders(t *testing.T) {
 	if err := json.Unmarshal(schemaJSON, &schema); err != nil {
 		t.Fatal(err)
 	}
-	given := map[string]bool{"project_dir": true, "cycles": true, "channels": true, "tile_rows": true, "tile_cols": true,
+	if bare == minimal {
+		t.Fatal("bare: minimal has no partition_gpu to take out")
+	}
+	given := map[string]bool{"project_dir": true, "cycles": true, "channels": true, "channel_names": true, "tile_rows": true, "tile_cols": true,
 		"tile_overlap": true, "ncc_threshold": true, "pou": true, "resources.accounts": true, "resources.accounts[].name": true,
 		"resources.accounts[].gpu_slots": true}
 	defs := schema["$defs"].(map[string]any)
