@@ -2,7 +2,9 @@
 # bin/kintsugi-qc <stage> writes qc_plots/<stage>/ (per-cycle metrics JSON, PNG overviews and
 # heatmaps) and the original's sentinel qc_plots/.snakemake_complete_<stage>. One rule per stage,
 # qc_stitch, qc_decon, qc_edf, qc_registration, made by the loop below (`name:`, Snakemake >= 7.21);
-# the report page is rules/report.smk.
+# the report page is rules/report.smk. Every directive but shell is evaluated when the rule is
+# defined; the shell line is evaluated again when the job runs (inside its SLURM allocation, after
+# the loop has ended), so it names no loop variable: the rule's name is {rule}, the stage a param.
 
 rule qc:
     input:
@@ -26,7 +28,8 @@ for _stage, _input, _mem_key, _time_key in (
             QC_DIR + f"/.snakemake_complete_{_stage}",
         params:
             **_params("kintsugi-qc", LOGDIR + f"/qc_{_stage}.log", f"stage {_stage}"),
+            stage=_stage,
         resources:
             **_qc_resources(_mem_key, _time_key),
         shell:
-            _stage_shell(f"qc_{_stage}", f"run --stage {_stage} --config {{params.config:q}}", env=QC_ENV)
+            _stage_shell("{rule}", "run --stage {params.stage} --config {params.config:q}", env=QC_ENV)
