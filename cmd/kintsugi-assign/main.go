@@ -26,12 +26,11 @@ import (
 // controller or slurmdbd is down).
 const slurmTimeout = 60 * time.Second
 
-// runner is replaced in tests.
-var runner = assign.ExecRunner(slurmTimeout)
+func main() { cliutil.Main(newApp(assign.ExecRunner(slurmTimeout))) }
 
-func main() { cliutil.Main(newApp()) }
-
-func newApp() *cli.App {
+// newApp builds the command; run executes the SLURM commands (squeue,
+// sacctmgr, sinfo): assign.ExecRunner in production, recorded outputs in tests.
+func newApp(run assign.Runner) *cli.App {
 	app := cliutil.NewApp("kintsugi-assign",
 		"print the GPU-only SLURM placement of every cycle as JSON",
 		`Reads the config (YAML or JSON) and prints, on stdout:
@@ -54,7 +53,7 @@ a CPU mode for a cycle; no account with GPU slots is an error.
 			&cli.StringFlag{Name: "live-accounts", Usage: `live availability JSON, e.g. '[{"name":"a","gpu_avail":1}]' (overrides the config's live_accounts and --live)`},
 			&cli.BoolFlag{Name: "live", Usage: "read live availability from squeue (as the config's live: true)"},
 		},
-		plan)
+		func(c *cli.Context) error { return plan(c, run) })
 	app.Commands = []*cli.Command{{
 		Name:  "discover",
 		Usage: "print your SLURM accounts and their GPU limits as a ready resources.accounts block (YAML)",
@@ -73,7 +72,7 @@ without GPUs). Paste the block into config.yaml.
 			&cli.StringFlag{Name: "partition-gpu", Usage: "partition_gpu of every account (default: from sinfo)"},
 			&cli.StringFlag{Name: "partition-cpu", Usage: "partition_cpu of every account (default: from sinfo)"},
 		}, cliutil.LoggingFlags()...),
-		Action:       discover,
+		Action:       func(c *cli.Context) error { return discover(c, run) },
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return cliutil.AsUsage(err) },
 	}}
 	return app
@@ -86,7 +85,7 @@ func noArgs(c *cli.Context) error {
 	return nil
 }
 
-func plan(c *cli.Context) error {
+func plan(c *cli.Context, runner assign.Runner) error {
 	lg, err := cliutil.SetupLogging(c)
 	if err != nil {
 		return err
@@ -141,7 +140,7 @@ func plan(c *cli.Context) error {
 	return enc.Encode(p)
 }
 
-func discover(c *cli.Context) error {
+func discover(c *cli.Context, runner assign.Runner) error {
 	if _, err := cliutil.SetupLogging(c); err != nil {
 		return err
 	}

@@ -28,11 +28,12 @@ resources:
     - {name: acct_b, gpu_slots: 2, partition_gpu: gpu, partition_cpu: cpu}
 `
 
-// execute runs the app as main would and returns the exit code and stdout.
-func execute(t *testing.T, args ...string) (int, string) {
+// execute runs the app as main would, with run for the SLURM commands, and
+// returns the exit code and stdout.
+func execute(t *testing.T, run assign.Runner, args ...string) (int, string) {
 	t.Helper()
 	out, err := exectest.Stdout(t, func() error {
-		return newApp().RunContext(context.Background(), append([]string{"kintsugi-assign", "--log-format", "text", "--log-level", "error"}, args...))
+		return newApp(run).RunContext(context.Background(), append([]string{"kintsugi-assign", "--log-format", "text", "--log-level", "error"}, args...))
 	})
 	return cliutil.ExitCode(err), out
 }
@@ -46,10 +47,8 @@ func writeConfig(t *testing.T, text string) string {
 }
 
 // fakeSLURM answers squeue/sacctmgr/sinfo from the recorded outputs of internal/assign/testdata/slurm.
-func fakeSLURM(t *testing.T, fail bool) {
-	old := runner
-	t.Cleanup(func() { runner = old })
-	runner = func(_ context.Context, name string, args ...string) ([]byte, error) {
+func fakeSLURM(fail bool) assign.Runner {
+	return func(_ context.Context, name string, args ...string) ([]byte, error) {
 		if fail {
 			return nil, fmt.Errorf("%s: exit status 1: slurm_load_jobs error: Unable to contact slurm controller", name)
 		}
@@ -71,7 +70,7 @@ func fakeSLURM(t *testing.T, fail bool) {
 }
 
 func TestExitCodes(t *testing.T) {
-	fakeSLURM(t, false)
+	slurm := fakeSLURM(false)
 	cfg := writeConfig(t, cfgText)
 	for _, tc := range []struct {
 		name string
@@ -92,16 +91,16 @@ func TestExitCodes(t *testing.T) {
 		{"discover unknown flag", []string{"discover", "--usr", "root"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, _ := execute(t, tc.args...); got != tc.want {
+			if got, _ := execute(t, slurm, tc.args...); got != tc.want {
 				t.Errorf("exit %d, want %d", got, tc.want)
 			}
 		})
 	}
-	fakeSLURM(t, true)
-	if got, _ := execute(t, "--config", cfg, "--live"); got != 1 {
+	down := fakeSLURM(true)
+	if got, _ := execute(t, down, "--config", cfg, "--live"); got != 1 {
 		t.Errorf("squeue failing: exit %d, want 1", got)
 	}
-	if got, _ := execute(t, "discover", "--user", "root"); got != 1 {
+	if got, _ := execute(t, down, "discover", "--user", "root"); got != 1 {
 		t.Errorf("sacctmgr failing: exit %d, want 1", got)
 	}
 }
@@ -109,7 +108,7 @@ func TestExitCodes(t *testing.T) {
 // Where live data comes from, and that the plan says so: --live-accounts over the config's
 // live_accounts over squeue (--live or live: true).
 func TestLiveSources(t *testing.T) {
-	fakeSLURM(t, false)
+	slurm := fakeSLURM(false)
 	plain := writeConfig(t, cfgText)
 	liveCfg := writeConfig(t, cfgText+"live: true\n")
 	injected := writeConfig(t, cfgText+"live: true\nlive_accounts: [{name: acct_b, gpu_avail: 1}]\n")
@@ -128,7 +127,7 @@ func TestLiveSources(t *testing.T) {
 		{"empty flag: static in jobs", []string{"--config", liveCfg, "--live-accounts", "[]"}, "static", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out := execute(t, tc.args...)
+			code, out := execute(t, slurm, tc.args...)
 			if code != 0 {
 				t.Fatalf("exit %d", code)
 			}
@@ -157,8 +156,8 @@ func TestLiveSources(t *testing.T) {
 }
 
 func TestDiscoverOutput(t *testing.T) {
-	fakeSLURM(t, false)
-	code, out := execute(t, "discover", "--user", "root")
+	slurm := fakeSLURM(false)
+	code, out := execute(t, slurm, "discover", "--user", "root")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -171,7 +170,7 @@ func TestDiscoverOutput(t *testing.T) {
 			t.Errorf("discover output lacks %q:\n%s", want, out)
 		}
 	}
-	_, out = execute(t, "discover", "--user", "root", "--partition-gpu", "hpg-b200,hpg-turin", "--partition-cpu", "hpg-default")
+	_, out = execute(t, slurm, "discover", "--user", "root", "--partition-gpu", "hpg-b200,hpg-turin", "--partition-cpu", "hpg-default")
 	if !strings.Contains(out, `partition_gpu: "hpg-b200,hpg-turin", partition_cpu: hpg-default}`) {
 		t.Errorf("partition flags not used:\n%s", out)
 	}
@@ -182,7 +181,7 @@ func TestDiscoverOutput(t *testing.T) {
 func TestLogLinesReadable(t *testing.T) {
 	logs, err := exectest.Capture(t, &os.Stderr, func() error {
 		_, err := exectest.Stdout(t, func() error {
-			return newApp().RunContext(context.Background(), []string{"kintsugi-assign", "--log-format", "text", "--config", writeConfig(t, cfgText),
+			return newApp(fakeSLURM(false)).RunContext(context.Background(), []string{"kintsugi-assign", "--log-format", "text", "--config", writeConfig(t, cfgText),
 				"--live-accounts", `[{"name":"acct_a","gpu_avail":-2},{"name":"acct_b","gpu_avail":1}]`})
 		})
 		return err

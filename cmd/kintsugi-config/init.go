@@ -26,10 +26,9 @@ import (
 // controller or slurmdbd is down).
 const slurmTimeout = 60 * time.Second
 
-// runner runs the SLURM commands of --accounts-from-slurm; replaced in tests.
-var runner = assign.ExecRunner(slurmTimeout)
-
-func initCommand() *cli.Command {
+// initCommand is the init command; run executes the SLURM commands of
+// --accounts-from-slurm.
+func initCommand(run assign.Runner) *cli.Command {
 	return &cli.Command{
 		Name:  "init",
 		Usage: "write a complete config.yaml for a KINTSUGI project directory",
@@ -72,11 +71,11 @@ and the workflow stops at its first step until you fill it in.`,
 			&cli.StringFlag{Name: "device", Usage: "device key: gpu (default) or cpu (the reference path; tests)"},
 			&cli.StringSliceFlag{Name: "resource", Usage: "KEY=VALUE of resources (e.g. mem_stitch=1500), repeatable; checked by the schema"},
 		}, cliutil.LoggingFlags()...),
-		Action: initAction,
+		Action: func(c *cli.Context) error { return initAction(c, run) },
 	}
 }
 
-func initAction(c *cli.Context) error {
+func initAction(c *cli.Context, run assign.Runner) error {
 	lg, err := cliutil.SetupLogging(c)
 	if err != nil {
 		return err
@@ -95,7 +94,7 @@ func initAction(c *cli.Context) error {
 	if _, err := os.Lstat(out); err == nil && !c.Bool("force") {
 		return cliutil.Usagef("init: %s exists: not overwritten (pass --force to replace it)", out)
 	}
-	o, err := initOptions(c, lg)
+	o, err := initOptions(c, lg, run)
 	if err != nil {
 		return err
 	}
@@ -122,7 +121,7 @@ func initAction(c *cli.Context) error {
 }
 
 // initOptions reads the flags that do not come from the project directory.
-func initOptions(c *cli.Context, lg *slog.Logger) (project.Options, error) {
+func initOptions(c *cli.Context, lg *slog.Logger, run assign.Runner) (project.Options, error) {
 	o := project.Options{Header: "written by kintsugi-config init, " + time.Now().UTC().Format(time.RFC3339)}
 	if d := c.String("kintsugi-dir"); d != "" {
 		abs, err := filepath.Abs(d)
@@ -161,7 +160,7 @@ func initOptions(c *cli.Context, lg *slog.Logger) (project.Options, error) {
 		if err != nil {
 			return o, cliutil.AsUsage(err)
 		}
-		d, err := assign.Discover(c.Context, runner, user, c.String("cluster"))
+		d, err := assign.Discover(c.Context, run, user, c.String("cluster"))
 		if err != nil {
 			if assign.IsUsage(err) {
 				return o, cliutil.AsUsage(err)
@@ -169,7 +168,7 @@ func initOptions(c *cli.Context, lg *slog.Logger) (project.Options, error) {
 			return o, err
 		}
 		if pg == "" || pc == "" {
-			sg, sc, err := assign.DiscoverPartitions(c.Context, runner)
+			sg, sc, err := assign.DiscoverPartitions(c.Context, run)
 			if err != nil {
 				return o, fmt.Errorf("%w (or pass --partition-gpu and --partition-cpu)", err)
 			}

@@ -13,13 +13,17 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/assign"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 )
 
-func main() { cliutil.Main(newApp()) }
+func main() { cliutil.Main(newApp(assign.ExecRunner(slurmTimeout))) }
 
-func newApp() *cli.App {
+// newApp builds the command; run executes the SLURM commands of init
+// --accounts-from-slurm (sacctmgr, sinfo): assign.ExecRunner in production,
+// recorded outputs in tests.
+func newApp(run assign.Runner) *cli.App {
 	app := cliutil.NewApp("kintsugi-config",
 		"check a pipeline config.yaml, or write one for a KINTSUGI project",
 		`  kintsugi-config check FILE            load and validate a config (schema, every channel-name
@@ -28,7 +32,7 @@ func newApp() *cli.App {
   kintsugi-config init --project DIR    write a complete config.yaml from DIR/meta/experiment.json,
                                         DIR/meta/CHANNELNAMES.txt and DIR/data/raw/`,
 		nil, nil)
-	app.Commands = []*cli.Command{checkCommand(), initCommand()}
+	app.Commands = []*cli.Command{checkCommand(), initCommand(run)}
 	return app
 }
 

@@ -11,17 +11,29 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/assign"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 )
 
-// execute runs the app as main would and returns the exit code, stdout and
-// the error text.
+// execute runs the app as main would, with no SLURM commands to run, and
+// returns the exit code, stdout and the error text.
 func execute(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return executeWith(t, noSLURM, args...)
+}
+
+// noSLURM is the runner of the tests that need no SLURM command.
+func noSLURM(_ context.Context, name string, _ ...string) ([]byte, error) {
+	return nil, fmt.Errorf("%s: no SLURM in this test", name)
+}
+
+// executeWith is execute with run for the SLURM commands.
+func executeWith(t *testing.T, run assign.Runner, args ...string) (int, string, string) {
+	t.Helper()
 	out, err := exectest.Stdout(t, func() error {
-		return newApp().RunContext(context.Background(), append([]string{"kintsugi-config", "--log-format", "text", "--log-level", "error"}, args...))
+		return newApp(run).RunContext(context.Background(), append([]string{"kintsugi-config", "--log-format", "text", "--log-level", "error"}, args...))
 	})
 	msg := ""
 	if err != nil {
@@ -226,9 +238,7 @@ func TestInit(t *testing.T) {
 }
 
 func TestInitAccountsFromSLURM(t *testing.T) {
-	old := runner
-	t.Cleanup(func() { runner = old })
-	runner = func(_ context.Context, name string, args ...string) ([]byte, error) {
+	slurm := func(_ context.Context, name string, args ...string) ([]byte, error) {
 		key := name + " " + strings.Join(args, " ")
 		for prefix, f := range map[string]string{
 			"sinfo": "sinfo_local.txt",
@@ -244,7 +254,7 @@ func TestInitAccountsFromSLURM(t *testing.T) {
 	}
 	proj := fixture("codex")
 	out := filepath.Join(t.TempDir(), "c.yaml")
-	code, stdout, msg := execute(t, "init", "--project", proj, "--out", out, "--kintsugi-dir", "/k", "--accounts-from-slurm", "--user", "root")
+	code, stdout, msg := executeWith(t, slurm, "init", "--project", proj, "--out", out, "--kintsugi-dir", "/k", "--accounts-from-slurm", "--user", "root")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, msg)
 	}
@@ -256,6 +266,12 @@ func TestInitAccountsFromSLURM(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "account acct_a: gpu_slots 3") {
 		t.Errorf("report:\n%s", stdout)
+	}
+	// sacctmgr failing (controller down): exit 1 naming it, no config written.
+	out2 := filepath.Join(t.TempDir(), "c.yaml")
+	code, _, msg = executeWith(t, noSLURM, "init", "--project", proj, "--out", out2, "--kintsugi-dir", "/k", "--accounts-from-slurm", "--user", "root")
+	if _, err := os.Stat(out2); code != 1 || !strings.Contains(msg, "sacctmgr") || err == nil {
+		t.Errorf("sacctmgr failing: exit %d (%s), config written: %v; want exit 1 naming sacctmgr and no config", code, msg, err == nil)
 	}
 }
 

@@ -432,23 +432,7 @@ func sweep(d, e, y, wt, w, ao, sacc, vacc []float64, c, mu, inv, invNew float64)
 func (s *solver) darkStep(mu, total float64, nHi, nLo int, b1Uplimit float64) {
 	m, n := s.m, s.n
 	meanR := total / float64(m*n)
-	// Update Σ_{valid} R for the columns whose validity changed.
-	for j := range n {
-		v := s.coeff[j] < 1
-		if v == s.valid[j] {
-			continue
-		}
-		sign := 1.0
-		if !v {
-			sign = -1
-		}
-		d := s.d[j*m : (j+1)*m]
-		e := s.e[j*m : (j+1)*m]
-		for i, dv := range d {
-			s.vSum[i] += sign * (dv - e[i])
-		}
-		s.valid[j] = v
-	}
+	s.updateValid()
 	var k int
 	var sumCv float64
 	for j := range n {
@@ -467,6 +451,39 @@ func (s *solver) darkStep(mu, total float64, nHi, nLo int, b1Uplimit float64) {
 	}
 	meanW /= float64(m)
 
+	b1 := s.darkLevel(meanW, meanR, k, nHi, nLo)
+	b1 = math.Max(b1, 0)
+	b1 = math.Min(b1, b1Uplimit/meanW)
+	s.b1Offset = b1
+	s.darkOffset(mu, b1, meanW, sumCv/float64(k), k)
+}
+
+// updateValid marks the columns with coeff < 1 valid and updates Σ_{valid} R
+// (vSum) for the columns whose validity changed.
+func (s *solver) updateValid() {
+	m := s.m
+	for j := range s.n {
+		v := s.coeff[j] < 1
+		if v == s.valid[j] {
+			continue
+		}
+		sign := 1.0
+		if !v {
+			sign = -1
+		}
+		d := s.d[j*m : (j+1)*m]
+		e := s.e[j*m : (j+1)*m]
+		for i, dv := range d {
+			s.vSum[i] += sign * (dv - e[i])
+		}
+		s.valid[j] = v
+	}
+}
+
+// darkLevel is the offset level B1 (in units of W, before the clamp) by the
+// solver's DarkfieldMethod, over the k valid columns; meanR is the mean of
+// R, nHi and nLo the pixel counts of W's bright and dim halves.
+func (s *solver) darkLevel(meanW, meanR float64, k, nHi, nLo int) float64 {
 	var b1 float64
 	switch s.method {
 	case DarkfieldDarkest:
@@ -474,7 +491,7 @@ func (s *solver) darkStep(mu, total float64, nHi, nLo int, b1Uplimit float64) {
 		// the first sorted column) regressed on W across pixels:
 		// D_0(p) ≈ β·W(p) + d, B1 = d/mean(W).
 		var cov, vw float64
-		for i, v := range s.d[:m] {
+		for i, v := range s.d[:s.m] {
 			dw := s.wIdct[i] - meanW
 			cov += (v - s.d0Mean) * dw
 			vw += dw * dw
@@ -497,7 +514,7 @@ func (s *solver) darkStep(mu, total float64, nHi, nLo int, b1Uplimit float64) {
 		// B1c_j = (mean_hi R_j - mean_lo R_j)/mean(R), on coeff_j; B1 is
 		// where the fitted line crosses zero contrast.
 		var t1, t2, t3, t4 float64
-		for j := range n {
+		for j := range s.n {
 			if !s.valid[j] {
 				continue
 			}
@@ -517,12 +534,15 @@ func (s *solver) darkStep(mu, total float64, nHi, nLo int, b1Uplimit float64) {
 			b1 = (t1*t3 - t2*t4) / t5
 		}
 	}
-	b1 = math.Max(b1, 0)
-	b1 = math.Min(b1, b1Uplimit/meanW)
-	s.b1Offset = b1
-	meanCv := sumCv / float64(k)
-	// A1_offset = mean_valid(R) - mean(coeff_valid)·W, minus its mean (twice,
-	// as the original does).
+	return b1
+}
+
+// darkOffset sets aOff from the clamped level b1 and meanCv, the mean
+// coeff of the k valid columns: A1_offset = mean_valid(R) - meanCv·W, minus
+// its mean (twice, as the original does) and B_offset, DCT-smoothed and
+// shrunk by lamDark/(ent2·mu), then shrunk again with B_offset added back.
+func (s *solver) darkOffset(mu, b1, meanW, meanCv float64, k int) {
+	m := s.m
 	a1 := s.tmp
 	var ma float64
 	for i := range m {

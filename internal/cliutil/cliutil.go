@@ -1,7 +1,8 @@
 // Package cliutil holds what every executable of the project shares: logging
 // (log/slog with tint on a terminal, JSON for machines), the worker count
 // (from SLURM's cpus_per_task), the device choice (gpu|cpu, never a silent
-// fallback), signal handling and the mapping from errors to exit codes.
+// fallback), signal handling and the exit codes (the mapping from errors to
+// them lives in package exitcode).
 package cliutil
 
 import (
@@ -22,74 +23,37 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exitcode"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// Exit codes shared by every executable; ExitCodesHelp lists them for help texts.
+// Exit codes shared by every executable (package exitcode, which the tests
+// that run a stage in a child process share); ExitCodesHelp lists them for
+// help texts.
 const (
-	ExitOK      = 0 // success
-	ExitFailure = 1 // processing failed (I/O, numerical, GPU error)
-	ExitUsage   = 2 // bad flags, bad config or bad input data
-	ExitSignal  = 3 // interrupted by SIGINT/SIGTERM (SLURM time limit)
-	ExitLocked  = 4 // another job holds the output's lock (staging.ErrLocked)
+	ExitOK      = exitcode.OK      // success
+	ExitFailure = exitcode.Failure // processing failed (I/O, numerical, GPU error)
+	ExitUsage   = exitcode.Usage   // bad flags, bad config or bad input data
+	ExitSignal  = exitcode.Signal  // interrupted by SIGINT/SIGTERM (SLURM time limit)
+	ExitLocked  = exitcode.Locked  // another job holds the output's lock (staging.ErrLocked)
 )
 
 // ExitCodesHelp is appended to every command's description.
-const ExitCodesHelp = `EXIT CODES:
-   0  success
-   1  processing failed (I/O, numerical or GPU error)
-   2  bad flags, bad configuration or bad input data (the message names the key or file)
-   3  interrupted by SIGINT/SIGTERM (e.g. SLURM time limit); no partial output is left
-   4  another job is writing the same output (its lock file names the SLURM job, host and pid) with other
-      parameters, or with the same ones beyond this job's wait (SLURM: its end time; KINTSUGI_LOCK_WAIT); nothing was done
-      (a job that waited for a run with the same parameters which completed the output exits 0)`
+const ExitCodesHelp = exitcode.Help
 
 // UsageError marks an error caused by the user's input (flags, config, data);
 // it maps to ExitUsage.
-type UsageError struct{ Err error }
-
-func (e *UsageError) Error() string { return e.Err.Error() }
-func (e *UsageError) Unwrap() error { return e.Err }
+type UsageError = exitcode.UsageError
 
 // Usagef returns a UsageError with a formatted message.
-func Usagef(format string, args ...any) error {
-	return &UsageError{Err: fmt.Errorf(format, args...)}
-}
+func Usagef(format string, args ...any) error { return exitcode.Usagef(format, args...) }
 
 // AsUsage wraps err as a UsageError (nil stays nil).
-func AsUsage(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &UsageError{Err: err}
-}
+func AsUsage(err error) error { return exitcode.AsUsage(err) }
 
-// ExitCode maps an error to the process exit code.
-func ExitCode(err error) int {
-	var ue *UsageError
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.Is(err, staging.ErrCompleted):
-		// Another job with the same parameters completed the output
-		// while this one waited for it: nothing is left to do.
-		return ExitOK
-	case errors.Is(err, context.Canceled):
-		return ExitSignal
-	case errors.Is(err, staging.ErrLocked):
-		return ExitLocked
-	case errors.As(err, &ue):
-		return ExitUsage
-	case errors.Is(err, membudget.ErrTooSmall), errors.As(err, new(*membudget.UsageError)):
-		// A budget below a stage's smallest working set, or a malformed
-		// budget: the fix is in the job's resources, as for bad input.
-		return ExitUsage
-	default:
-		return ExitFailure
-	}
-}
+// ExitCode maps an error to the process exit code (exitcode.Of).
+func ExitCode(err error) int { return exitcode.Of(err) }
 
 // LoggingFlags are the flags every command has.
 func LoggingFlags() []cli.Flag {

@@ -52,6 +52,9 @@ type pairState struct {
 	active bool
 }
 
+// translate runs on the engine goroutine: the tiles uploaded once, then
+// the phase of every search (peaks, candidates, hill-climb, sub-pixel
+// neighbourhood) for all pairs together.
 func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs []align.Pair, p align.Params, out []align.Translation) error {
 	if npk != align.NPeaks {
 		panic("gpu: kernels/align.cu NPK differs from align.NPeaks; update both")
@@ -68,20 +71,65 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 	e.upload(segs)
 
 	st := make([]pairState, len(pairs))
-	groups := map[align.CropRect][]int{} // pairs by crop shape and offsets
-	var order []align.CropRect
 	for i, pr := range pairs {
 		g := align.NewPairGeometry(h, w, pr.Dir, p.Overlap)
-		c := align.Crop(g, p)
-		st[i] = pairState{g: g, c: c, seen: map[[2]int]float64{}}
+		st[i] = pairState{g: g, c: align.Crop(g, p), seen: map[[2]int]float64{}}
+	}
+	peaks, err := e.alignPeaks(ctx, T, h, w, pairs, st)
+	if err != nil {
+		return err
+	}
+	e.alignCandidates(T, h, w, pairs, st, peaks)
+	if err := e.alignClimb(ctx, T, h, w, pairs, st); err != nil {
+		return err
+	}
+
+	e.dropPlans() // their work areas are large; alignment runs once per cycle
+	if p.Subpixel {
+		var need []nccReq
+		for i := range pairs {
+			s := &st[i]
+			if !s.found {
+				continue
+			}
+			for ny := s.y - 1; ny <= s.y+1; ny++ {
+				for nx := s.x - 1; nx <= s.x+1; nx++ {
+					need = s.want(need, i, ny, nx)
+				}
+			}
+		}
+		e.scoreNCC(T, h, w, pairs, st, need)
+	}
+
+	for i := range pairs {
+		s := &st[i]
+		if !s.found {
+			out[i] = align.Translation{DY: s.g.NomY, DX: s.g.NomX, NCC: -1}
+			continue
+		}
+		tr := align.Translation{DY: float64(s.y), DX: float64(s.x), NCC: s.v}
+		if p.Subpixel {
+			tr.DY, tr.DX = s.subpixel()
+		}
+		out[i] = tr
+	}
+	return nil
+}
+
+// alignPeaks runs the phase correlation of every pair, per crop shape (in
+// the order of first use) in chunks of at most 2 GiB of spectra, and
+// returns each pair's peaks (raster indices into its crop's PCM).
+func (e *Engine) alignPeaks(ctx context.Context, T cu.DevicePtr, h, w int, pairs []align.Pair, st []pairState) ([][]int, error) {
+	groups := map[align.CropRect][]int{} // pairs by crop shape and offsets
+	var order []align.CropRect
+	for i := range st {
+		c := st[i].c
 		if _, ok := groups[c]; !ok {
 			order = append(order, c)
 		}
 		groups[c] = append(groups[c], i)
 	}
-
-	// Phase correlation and peaks, per crop shape, in chunks.
-	peaks := make([][]int, len(pairs)) // raster indices into the crop's PCM
+	peaks := make([][]int, len(pairs))
 	for _, c := range order {
 		idx := groups[c]
 		const maxBytes = 2 << 30
@@ -89,7 +137,7 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 		chunk := max(1, min(len(idx), int(maxBytes/per)))
 		for lo := 0; lo < len(idx); lo += chunk {
 			if err := checkCtx(ctx); err != nil {
-				return err
+				return nil, err
 			}
 			part := idx[lo:min(len(idx), lo+chunk)]
 			pk := e.phaseCorrelate(T, h, w, c, pairs, part)
@@ -98,8 +146,13 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 			}
 		}
 	}
+	return peaks, nil
+}
 
-	// Wrap candidates of every peak, scored by NCC in one batch.
+// alignCandidates scores the wrap candidates of every peak by NCC in one
+// batch and starts each pair's climb at its best plausible candidate (a
+// pair with none is not found).
+func (e *Engine) alignCandidates(T cu.DevicePtr, h, w int, pairs []align.Pair, st []pairState, peaks [][]int) {
 	e.op = "NCC candidates"
 	var need []nccReq
 	for i := range pairs {
@@ -133,10 +186,14 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 		}
 		s.active = s.found
 	}
+}
 
-	// Hill-climb, all pairs in lockstep: score the unseen neighbours of
-	// every climbing pair, then move each to its best neighbour.
+// alignClimb hill-climbs all pairs in lockstep (at most align.MaxClimb
+// steps): score the unseen neighbours of every climbing pair, then move
+// each to its best neighbour; a pair stops where no neighbour is better.
+func (e *Engine) alignClimb(ctx context.Context, T cu.DevicePtr, h, w int, pairs []align.Pair, st []pairState) error {
 	e.op = "NCC hill-climb"
+	var need []nccReq
 	for range align.MaxClimb {
 		if err := checkCtx(ctx); err != nil {
 			return err
@@ -183,36 +240,6 @@ func (e *Engine) translate(ctx context.Context, tiles []*raster.Float32, pairs [
 			}
 			s.y, s.x, s.v = by, bx, bv
 		}
-	}
-
-	e.dropPlans() // their work areas are large; alignment runs once per cycle
-	if p.Subpixel {
-		need = need[:0]
-		for i := range pairs {
-			s := &st[i]
-			if !s.found {
-				continue
-			}
-			for ny := s.y - 1; ny <= s.y+1; ny++ {
-				for nx := s.x - 1; nx <= s.x+1; nx++ {
-					need = s.want(need, i, ny, nx)
-				}
-			}
-		}
-		e.scoreNCC(T, h, w, pairs, st, need)
-	}
-
-	for i := range pairs {
-		s := &st[i]
-		if !s.found {
-			out[i] = align.Translation{DY: s.g.NomY, DX: s.g.NomX, NCC: -1}
-			continue
-		}
-		tr := align.Translation{DY: float64(s.y), DX: float64(s.x), NCC: s.v}
-		if p.Subpixel {
-			tr.DY, tr.DX = s.subpixel()
-		}
-		out[i] = tr
 	}
 	return nil
 }

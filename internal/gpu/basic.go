@@ -3,6 +3,7 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,8 +28,15 @@ import (
 // the CPU, with different summation orders in the reductions (block sums,
 // DCT by matrix products instead of FFTPACK), so results agree to rounding,
 // amplified only near the discrete decisions of the algorithm (stop test,
-// darkfield masks). gpu_test.go states the tolerance it holds.
-type BaSiC struct{ e *Engine }
+// darkfield masks). TestBaSiCMatchesCPU (basic_test.go) states the
+// tolerances it holds.
+type BaSiC struct {
+	e *Engine
+	// maxBatch bounds the fits advanced together (0: defaultFitBatch).
+	// Batching is lossless (fitBatchSize), so it changes only the device
+	// memory used; the test of lossless batching sets 1.
+	maxBatch int
+}
 
 // Fit implements basic.Fitter. Stacks are (n, y, x) float32 in any
 // consistent unit (the stitch stage uses counts/65535).
@@ -43,7 +51,7 @@ func (b *BaSiC) Fit(ctx context.Context, stacks []*raster.Stack, p basic.Params)
 		}
 		ins[i] = fitInput{n: st.N, h: st.H, w: st.W, f32: st.Pix}
 	}
-	return b.e.fit(ctx, ins, p)
+	return b.e.fit(ctx, ins, p, cmp.Or(b.maxBatch, defaultFitBatch))
 }
 
 // Fit fits one profile per plane from raw tiles in counts: planes[i] holds
@@ -69,7 +77,7 @@ func (e *Engine) Fit(ctx context.Context, planes [][]*raster.Gray16, p basic.Par
 		}
 		ins[i] = in
 	}
-	return e.fit(ctx, ins, p)
+	return e.fit(ctx, ins, p, defaultFitBatch)
 }
 
 // FitGray16 is Fit under the name the brief uses.
@@ -104,17 +112,19 @@ const (
 	maxTiles = 256 // per plane: alm_pass keeps 8 x 3 x n doubles in shared memory
 )
 
-// fitBatch bounds the fits advanced together (device memory: 4 float64
-// arrays of n x working pixels per fit, 2.6 GB for 80 fits of 63 tiles).
-// A variable so that the test of lossless batching can lower it.
-var fitBatch = 128
+// defaultFitBatch bounds the fits advanced together (device memory: 4
+// float64 arrays of n x working pixels per fit, 2.6 GB for 80 fits of 63
+// tiles); BaSiC.maxBatch lowers it.
+const defaultFitBatch = 128
 
 // norm16 is raster.Normalize16's factor as a float32, passed to kernels.
 const norm16 = float32(1.0 / 65535.0)
 
-func (e *Engine) fit(ctx context.Context, ins []fitInput, p basic.Params) ([]basic.Profile, error) {
+// fit fits every input, at most maxBatch fits (and what device memory
+// allows) together.
+func (e *Engine) fit(ctx context.Context, ins []fitInput, p basic.Params, maxBatch int) ([]basic.Profile, error) {
 	out := make([]basic.Profile, len(ins))
-	batch := e.fitBatchSize(ins, p.WorkingSize)
+	batch := e.fitBatchSize(ins, p.WorkingSize, maxBatch)
 	for lo := 0; lo < len(ins); lo += batch {
 		hi := min(len(ins), lo+batch)
 		var res []basic.Profile
@@ -134,18 +144,18 @@ func (e *Engine) fit(ctx context.Context, ins []fitInput, p basic.Params) ([]bas
 	return out, nil
 }
 
-// fitBatchSize is how many fits advance together: at most fitBatch, and
+// fitBatchSize is how many fits advance together: at most maxBatch, and
 // few enough that their state takes at most half of the free device memory.
 // Batches are independent (each fit's arithmetic does not depend on the
 // others), so splitting is lossless: the profiles are bit-identical.
-func (e *Engine) fitBatchSize(ins []fitInput, ps int) int {
+func (e *Engine) fitBatchSize(ins []fitInput, ps, maxBatch int) int {
 	var free int64
 	if err := e.do(context.Background(), "meminfo", func() error {
 		free, _ = cu.MemGetInfo()
 		free += e.pool.cached
 		return nil
 	}); err != nil {
-		return fitBatch
+		return maxBatch
 	}
 	m := int64(ps) * int64(ps)
 	var nmax, stage int64
@@ -156,7 +166,7 @@ func (e *Engine) fitBatchSize(ins []fitInput, ps int) int {
 	}
 	perFit := 4*nmax*m*8 + 20*m*8 + 64*nmax*(3*nmax+1)*8 + nmax*nmax*8
 	n := (free/2 - stage) / perFit
-	return int(max(1, min(n, int64(fitBatch))))
+	return int(max(1, min(n, int64(maxBatch))))
 }
 
 // devArena frees every buffer it handed out when done.
@@ -192,10 +202,66 @@ func get[T any](e *Engine, dst []T, src cu.DevicePtr) {
 	e.download([]hostSeg{{host: unsafe.Pointer(&dst[0]), dev: src, n: int64(len(dst)) * int64(unsafe.Sizeof(z))}})
 }
 
-// fitBatch runs on the engine goroutine.
+// almBatch is the device state of one batch of F fits: N images in all
+// (stack f holds nn[f] of them from image noff[f] on), m = ps x ps working
+// pixels each, row-major. The buffer names are those of kernels/basic.cu;
+// float64 unless noted.
+type almBatch struct {
+	F, N, nmax, ps, m, nblk int
+	nn                      []int32 // images per fit (host copy of NN)
+
+	D, E, Y, WT                                 cu.DevicePtr // N x m
+	S, VSUM, WHAT, WIDCT, AOFF, AOFFA           cu.DevicePtr // F x m
+	TMP, TMP2, TMP3, OFFSET, FLATLAST, DARKLAST cu.DevicePtr // F x m
+	FLATCUR, ROWSUM                             cu.DevicePtr // F x m
+	HI, LO                                      cu.DevicePtr // F x m bytes
+	COEFF, COEFFA                               cu.DevicePtr // N
+	VALID, SIGN                                 cu.DevicePtr // N int32
+	ST                                          cu.DevicePtr // F x nST scalar slots
+	NN, NOFF, ACT, ACT2, DACT                   cu.DevicePtr // F int32
+	PART, G, CM, CT                             cu.DevicePtr // block partials, Gram, DCT matrices
+	gpix, gdct, gpass, gctl, grw                dim          // launch shapes
+}
+
+// perFit is a launch of one block of bs threads per fit.
+func (b *almBatch) perFit(bs int) dim { return dim{gx: b.F, gy: 1, gz: 1, bx: bs, by: 1, bz: 1} }
+
+// almFits is the host-side progress of each fit of a batch.
+type almFits struct {
+	round []int // reweighting round, from 1
+	iters []int // inner iterations over all rounds
+	stops []*basic.RoundStop
+}
+
+// fitBatch runs on the engine goroutine: the fits of ins (the first of
+// them is stack number first, for messages) advanced together.
 func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, first int) ([]basic.Profile, error) {
+	ar := devArena{e: e}
+	defer ar.free()
+	b, err := e.almAllocate(&ar, ins, p.WorkingSize, first)
+	if err != nil {
+		return nil, err
+	}
+
+	// Resize every stack to the working grid, straight into D.
+	e.op = "resize to working size"
+	if err := e.resizeInputs(ctx, ins, b.D, b.ps); err != nil {
+		return nil, err
+	}
+	if err := e.almLambdas(b, p, first); err != nil {
+		return nil, err
+	}
+	fits, err := e.almSolve(ctx, b, p)
+	if err != nil {
+		return nil, err
+	}
+	return e.almProfiles(b, ins, p, fits)
+}
+
+// almAllocate checks the batch, allocates its state in ar and uploads the
+// per-fit image counts and the DCT matrices; D is zeroed.
+func (e *Engine) almAllocate(ar *devArena, ins []fitInput, ps, first int) (*almBatch, error) {
 	F := len(ins)
-	ps := p.WorkingSize
 	m := ps * ps
 	nn := make([]int32, F)
 	noff := make([]int32, F)
@@ -208,74 +274,75 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 		N += in.n
 		nmax = max(nmax, in.n)
 	}
-	var ar devArena
-	ar.e = e
-	defer ar.free()
+	b := &almBatch{F: F, N: N, nmax: nmax, ps: ps, m: m, nn: nn}
 	e.op = "allocate BaSiC state"
-	D, E, Y, WT := ar.f64(N*m), ar.f64(N*m), ar.f64(N*m), ar.f64(N*m)
+	b.D, b.E, b.Y, b.WT = ar.f64(N*m), ar.f64(N*m), ar.f64(N*m), ar.f64(N*m)
 	pix := func() cu.DevicePtr { return ar.f64(F * m) }
-	S, VSUM, WHAT, WIDCT, AOFF, AOFFA := pix(), pix(), pix(), pix(), pix(), pix()
-	TMP, TMP2, TMP3, OFFSET, FLATLAST, DARKLAST, FLATCUR, ROWSUM := pix(), pix(), pix(), pix(), pix(), pix(), pix(), pix()
-	HI, LO := ar.bytes(int64(F*m)), ar.bytes(int64(F*m))
-	COEFF, COEFFA := ar.f64(N), ar.f64(N)
-	VALID, SIGN := ar.i32(N), ar.i32(N)
-	ST := ar.f64(F * nST)
-	NN, NOFF, ACT, ACT2, DACT := ar.i32(F), ar.i32(F), ar.i32(F), ar.i32(F), ar.i32(F)
-	nblk := (m + passBS - 1) / passBS
-	partLen := F * nblk * (3*nmax + 1)
-	PART := ar.f64(max(partLen, F*64))
-	G := ar.f64(F * nmax * nmax)
-	CM, CT := ar.f64(m), ar.f64(m)
-	put(e, NN, nn)
-	put(e, NOFF, noff)
+	b.S, b.VSUM, b.WHAT, b.WIDCT, b.AOFF, b.AOFFA = pix(), pix(), pix(), pix(), pix(), pix()
+	b.TMP, b.TMP2, b.TMP3, b.OFFSET, b.FLATLAST, b.DARKLAST, b.FLATCUR, b.ROWSUM = pix(), pix(), pix(), pix(), pix(), pix(), pix(), pix()
+	b.HI, b.LO = ar.bytes(int64(F*m)), ar.bytes(int64(F*m))
+	b.COEFF, b.COEFFA = ar.f64(N), ar.f64(N)
+	b.VALID, b.SIGN = ar.i32(N), ar.i32(N)
+	b.ST = ar.f64(F * nST)
+	b.NN, b.NOFF, b.ACT, b.ACT2, b.DACT = ar.i32(F), ar.i32(F), ar.i32(F), ar.i32(F), ar.i32(F)
+	b.nblk = (m + passBS - 1) / passBS
+	partLen := F * b.nblk * (3*nmax + 1)
+	b.PART = ar.f64(max(partLen, F*64))
+	b.G = ar.f64(F * nmax * nmax)
+	b.CM, b.CT = ar.f64(m), ar.f64(m)
+	put(e, b.NN, nn)
+	put(e, b.NOFF, noff)
 	c, ct := dctMatrices(ps)
-	put(e, CM, c)
-	put(e, CT, ct)
-	e.launchFillF64(grid1(int64(N*m)), D, 0.0, int64(N*m))
+	put(e, b.CM, c)
+	put(e, b.CT, ct)
+	e.launchFillF64(grid1(int64(N*m)), b.D, 0.0, int64(N*m))
 
-	// Resize every stack to the working grid, straight into D.
-	e.op = "resize to working size"
-	if err := e.resizeInputs(ctx, ins, D, ps); err != nil {
-		return nil, err
-	}
+	b.gpix = dim{gx: (m + 255) / 256, gy: F, gz: 1, bx: 256, by: 1, bz: 1}
+	b.gdct = dim{gx: (ps + 31) / 32, gy: (ps + 31) / 32, gz: F, bx: 32, by: 32, bz: 1}
+	b.gpass = dim{gx: b.nblk, gy: F, gz: 1, bx: passBS, by: 1, bz: 1, shmem: 8 * 3 * nmax * 8}
+	b.gctl = dim{gx: F, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, shmem: (3*nmax + 1) * 8}
+	b.grw = dim{gx: 64, gy: F, gz: 1, bx: 256, by: 1, bz: 1}
+	return b, nil
+}
 
-	// Automatic lambdas from the per-pixel mean (before sorting), the
-	// spectral norm from the Gram matrix, ‖D‖_F and min(D).
-	gpix := dim{gx: (m + 255) / 256, gy: F, gz: 1, bx: 256, by: 1, bz: 1}
-	perFit := func(bs int) dim { return dim{gx: F, gy: 1, gz: 1, bx: bs, by: 1, bz: 1} }
-	e.launchAlmMeanImg(gpix, TMP, D, NN, NOFF, m)
-	e.launchAlmSort(gpix, D, ROWSUM, NN, NOFF, m)
-	e.launchAlmNorms(perFit(1024), ST, D, NN, NOFF, m)
-	e.launchFillF64(grid1(int64(F*nmax*nmax)), G, 0.0, int64(F*nmax*nmax))
-	e.launchAlmGram(dim{gx: nmax * nmax, gy: F, gz: 1, bx: 256, by: 1, bz: 1}, G, D, NN, NOFF, m, nmax)
+// almLambdas sets each fit's scalar slots from the resized images: the
+// automatic lambdas from the per-pixel mean (before sorting), the spectral
+// norm from the Gram matrix, ‖D‖_F and min(D); D is sorted per pixel.
+func (e *Engine) almLambdas(b *almBatch, p basic.Params, first int) error {
+	F, m, nmax := b.F, b.m, b.nmax
+	e.launchAlmMeanImg(b.gpix, b.TMP, b.D, b.NN, b.NOFF, m)
+	e.launchAlmSort(b.gpix, b.D, b.ROWSUM, b.NN, b.NOFF, m)
+	e.launchAlmNorms(b.perFit(1024), b.ST, b.D, b.NN, b.NOFF, m)
+	e.launchFillF64(grid1(int64(F*nmax*nmax)), b.G, 0.0, int64(F*nmax*nmax))
+	e.launchAlmGram(dim{gx: nmax * nmax, gy: F, gz: 1, bx: 256, by: 1, bz: 1}, b.G, b.D, b.NN, b.NOFF, m, nmax)
 	meanImg := make([]float64, F*m)
-	get(e, meanImg, TMP)
+	get(e, meanImg, b.TMP)
 	gram := make([]float64, F*nmax*nmax)
-	get(e, gram, G)
+	get(e, gram, b.G)
 	st := make([]float64, F*nST)
-	get(e, st, ST)
+	get(e, st, b.ST)
 	for f := range F {
-		n := int(nn[f])
+		n := int(b.nn[f])
 		g := mat.NewSymDense(n, nil)
 		for a := range n {
-			for b := a; b < n; b++ {
-				g.SetSym(a, b, gram[(f*nmax+a)*nmax+b])
+			for c := a; c < n; c++ {
+				g.SetSym(a, c, gram[(f*nmax+a)*nmax+c])
 			}
 		}
 		var es mat.EigenSym
 		if !es.Factorize(g, false) {
-			return nil, fmt.Errorf("stack %d: eigen decomposition of the Gram matrix failed", first+f)
+			return fmt.Errorf("stack %d: eigen decomposition of the Gram matrix failed", first+f)
 		}
 		vals := es.Values(nil)
 		norm2 := math.Sqrt(math.Max(0, vals[len(vals)-1]))
 		if !(norm2 > 0) {
-			return nil, fmt.Errorf("stack %d: images are all zero (or not finite)", first+f)
+			return fmt.Errorf("stack %d: images are all zero (or not finite)", first+f)
 		}
 		s := st[f*nST : (f+1)*nST]
 		s[stNorm2] = norm2
 		lf, ld := p.LambdaFlat, p.LambdaDark
 		if lf == 0 || ld == 0 {
-			auto := basic.AutoLambdaFlat(meanImg[f*m:(f+1)*m], 1, ps)
+			auto := basic.AutoLambdaFlat(meanImg[f*m:(f+1)*m], 1, b.ps)
 			if lf == 0 {
 				lf = auto
 			}
@@ -285,13 +352,20 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 		}
 		s[stLamF], s[stLamD] = lf, ld
 	}
-	put(e, ST, st)
-	e.launchFillF64(grid1(int64(N*m)), WT, 1.0, int64(N*m))
-	e.launchFillF64(grid1(int64(F*m)), FLATLAST, 1.0, int64(F*m))
-	e.launchFillF64(grid1(int64(F*m)), DARKLAST, 0.0, int64(F*m))
-	e.launchFillF64(grid1(int64(F*m)), AOFFA, 0.0, int64(F*m))
+	put(e, b.ST, st)
+	return nil
+}
 
-	// The solve loop.
+// almSolve runs the solve loop: every step advances each unfinished fit by
+// one inner ALM iteration; a fit whose solve stopped goes through the end
+// of its reweighting round (almRoundEnd) and either finishes or restarts.
+func (e *Engine) almSolve(ctx context.Context, b *almBatch, p basic.Params) (almFits, error) {
+	F, m := b.F, b.m
+	e.launchFillF64(grid1(int64(b.N*m)), b.WT, 1.0, int64(b.N*m))
+	e.launchFillF64(grid1(int64(F*m)), b.FLATLAST, 1.0, int64(F*m))
+	e.launchFillF64(grid1(int64(F*m)), b.DARKLAST, 0.0, int64(F*m))
+	e.launchFillF64(grid1(int64(F*m)), b.AOFFA, 0.0, int64(F*m))
+
 	dark := 0
 	if p.Darkfield {
 		dark = 1
@@ -303,50 +377,27 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 	case basic.DarkfieldDarkest:
 		method = 1 // DARK_DARKEST
 	default:
-		return nil, fmt.Errorf("darkfield method %v not implemented on the GPU", p.DarkfieldMethod)
+		return almFits{}, fmt.Errorf("darkfield method %v not implemented on the GPU", p.DarkfieldMethod)
 	}
-	round := make([]int, F)
-	stops := make([]*basic.RoundStop, F) // the CPU's stop rule, per fit
-	finished := make([]bool, F)
-	iters := make([]int, F)
+	fits := almFits{round: make([]int, F), iters: make([]int, F), stops: make([]*basic.RoundStop, F)}
 	act := make([]int32, F)
 	act2 := make([]int32, F)
 	for f := range F {
-		round[f] = 1
+		fits.round[f] = 1
 		act[f] = 1
-		stops[f] = basic.NewRoundStop(p)
+		fits.stops[f] = basic.NewRoundStop(p) // the CPU's stop rule, per fit
 	}
-	put(e, ACT, act)
-	e.resetSolve(ACT, gpix, perFit, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF, m)
-	gdct := dim{gx: (ps + 31) / 32, gy: (ps + 31) / 32, gz: F, bx: 32, by: 32, bz: 1}
-	gpass := dim{gx: nblk, gy: F, gz: 1, bx: passBS, by: 1, bz: 1, shmem: 8 * 3 * nmax * 8}
-	gctl := dim{gx: F, gy: 1, gz: 1, bx: 256, by: 1, bz: 1, shmem: (3*nmax + 1) * 8}
-	grw := dim{gx: 64, gy: F, gz: 1, bx: 256, by: 1, bz: 1}
+	put(e, b.ACT, act)
+	e.resetSolve(b, b.ACT)
+	st := make([]float64, F*nST)
 	remaining := F
-	for step := 0; remaining > 0; step++ {
+	for remaining > 0 {
 		if err := checkCtx(ctx); err != nil {
-			return nil, err
+			return almFits{}, err
 		}
 		e.op = "ALM iteration"
-		e.launchAlmFlatIn(gpix, TMP, S, WIDCT, AOFF, ST, NN, ACT, m)
-		e.launchDctPass(gdct, TMP2, TMP, CM, ps, ACT)
-		e.launchDctPass(gdct, TMP, TMP2, CM, ps, ACT)
-		e.launchAlmFlatShrink(gpix, WHAT, TMP, ST, ACT, m)
-		e.launchDctPass(gdct, TMP2, WHAT, CT, ps, ACT)
-		e.launchDctPass(gdct, WIDCT, TMP2, CT, ps, ACT)
-		e.launchAlmMasks(perFit(1024), HI, LO, WIDCT, COEFF, COEFFA, AOFF, AOFFA, ST, NN, NOFF, ACT, m, dark)
-		e.launchAlmPass(gpass, E, Y, S, VSUM, PART, D, WT, WIDCT, AOFF, COEFF, VALID, HI, LO, ST, NN, NOFF, ACT, m, nmax, dark)
-		e.launchAlmControl(gctl, ST, COEFF, VALID, SIGN, DACT, PART, D, WIDCT, NN, NOFF, ACT, nblk, nmax, m, dark, method, p.OptimizationTol, p.MaxIterations)
-		if dark == 1 {
-			e.launchAlmDarkA1(perFit(1024), TMP, VSUM, D, E, WIDCT, SIGN, ST, NN, NOFF, ACT, DACT, m)
-			e.launchDctPass(gdct, TMP2, TMP, CM, ps, DACT)
-			e.launchDctPass(gdct, TMP3, TMP2, CM, ps, DACT)
-			e.launchAlmDarkSoft(gpix, TMP3, ST, DACT, m)
-			e.launchDctPass(gdct, TMP2, TMP3, CT, ps, DACT)
-			e.launchDctPass(gdct, TMP, TMP2, CT, ps, DACT)
-			e.launchAlmDarkOut(gpix, AOFF, TMP, WIDCT, ST, DACT, m)
-		}
-		get(e, st, ST)
+		e.almIteration(b, p, dark, method)
+		get(e, st, b.ST)
 		ended := false
 		for f := range F {
 			act2[f] = 0
@@ -355,62 +406,101 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 				ended = true
 			}
 		}
-		if !ended {
-			continue
-		}
-		// End of a solve for the fits in act2: offset, reweighting,
-		// flatfield and the reweighting convergence test.
-		e.op = "BaSiC reweighting"
-		put(e, ACT2, act2)
-		e.launchAlmEndOffset(perFit(1024), OFFSET, ST, AOFF, AOFFA, WIDCT, COEFFA, NN, NOFF, ACT2, m)
-		e.launchAlmReweight(grw, WT, PART, E, COEFFA, ST, NN, NOFF, ACT2, m, p.Epsilon)
-		e.launchAlmReweightScale(grw, WT, PART, NN, NOFF, ACT2, m)
-		e.launchAlmEndFlat(perFit(1024), FLATLAST, DARKLAST, FLATCUR, ST, WIDCT, AOFFA, OFFSET, ACT2, m)
-		get(e, st, ST)
-		restart := false
-		for f := range F {
-			if act2[f] == 0 {
-				continue
-			}
-			s := st[f*nST : (f+1)*nST]
-			iters[f] += int(s[stIter])
-			madFlat := s[stFNum] / s[stFDen]
-			madDark := math.Inf(1)
-			if round[f] > 1 {
-				if s[stDNum] < 1e-7 {
-					madDark = 0
-				} else {
-					madDark = s[stDNum] / math.Max(s[stDDen], 1e-6)
-				}
-			}
-			if stops[f].Round(basic.RoundChange(madFlat, madDark), int(s[stIter])) {
-				finished[f] = true
-				act[f] = 0
-				act2[f] = 0
-				remaining--
-				continue
-			}
-			round[f]++
-			restart = true
-		}
-		put(e, ACT, act)
-		if restart {
-			put(e, ACT2, act2)
-			e.resetSolve(ACT2, gpix, perFit, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF, m)
+		if ended {
+			remaining -= e.almRoundEnd(b, p, st, act, act2, fits)
 		}
 	}
+	return fits, nil
+}
 
-	// Profiles: working-size copies, then the resize to full size on the
-	// GPU and the flatfield normalisation.
+// almIteration launches one inner iteration of every fit active in ACT:
+// the flatfield update (through the DCT), the masks, the pass over the
+// images, the control step and, with darkfield, the darkfield update of
+// the fits in DACT.
+func (e *Engine) almIteration(b *almBatch, p basic.Params, dark, method int) {
+	m, ps, nmax := b.m, b.ps, b.nmax
+	gpix, gdct := b.gpix, b.gdct
+	e.launchAlmFlatIn(gpix, b.TMP, b.S, b.WIDCT, b.AOFF, b.ST, b.NN, b.ACT, m)
+	e.launchDctPass(gdct, b.TMP2, b.TMP, b.CM, ps, b.ACT)
+	e.launchDctPass(gdct, b.TMP, b.TMP2, b.CM, ps, b.ACT)
+	e.launchAlmFlatShrink(gpix, b.WHAT, b.TMP, b.ST, b.ACT, m)
+	e.launchDctPass(gdct, b.TMP2, b.WHAT, b.CT, ps, b.ACT)
+	e.launchDctPass(gdct, b.WIDCT, b.TMP2, b.CT, ps, b.ACT)
+	e.launchAlmMasks(b.perFit(1024), b.HI, b.LO, b.WIDCT, b.COEFF, b.COEFFA, b.AOFF, b.AOFFA, b.ST, b.NN, b.NOFF, b.ACT, m, dark)
+	e.launchAlmPass(b.gpass, b.E, b.Y, b.S, b.VSUM, b.PART, b.D, b.WT, b.WIDCT, b.AOFF, b.COEFF, b.VALID, b.HI, b.LO, b.ST, b.NN, b.NOFF, b.ACT, m, nmax, dark)
+	e.launchAlmControl(b.gctl, b.ST, b.COEFF, b.VALID, b.SIGN, b.DACT, b.PART, b.D, b.WIDCT, b.NN, b.NOFF, b.ACT, b.nblk, nmax, m, dark, method, p.OptimizationTol, p.MaxIterations)
+	if dark == 1 {
+		e.launchAlmDarkA1(b.perFit(1024), b.TMP, b.VSUM, b.D, b.E, b.WIDCT, b.SIGN, b.ST, b.NN, b.NOFF, b.ACT, b.DACT, m)
+		e.launchDctPass(gdct, b.TMP2, b.TMP, b.CM, ps, b.DACT)
+		e.launchDctPass(gdct, b.TMP3, b.TMP2, b.CM, ps, b.DACT)
+		e.launchAlmDarkSoft(gpix, b.TMP3, b.ST, b.DACT, m)
+		e.launchDctPass(gdct, b.TMP2, b.TMP3, b.CT, ps, b.DACT)
+		e.launchDctPass(gdct, b.TMP, b.TMP2, b.CT, ps, b.DACT)
+		e.launchAlmDarkOut(gpix, b.AOFF, b.TMP, b.WIDCT, b.ST, b.DACT, m)
+	}
+}
+
+// almRoundEnd ends the solve of the fits in act2 (host copy; st holds the
+// scalar slots just downloaded): offset, reweighting, flatfield and the
+// reweighting convergence test. A fit that stops is cleared from act; the
+// others restart a solve. It returns how many fits finished.
+func (e *Engine) almRoundEnd(b *almBatch, p basic.Params, st []float64, act, act2 []int32, fits almFits) int {
+	m := b.m
+	e.op = "BaSiC reweighting"
+	put(e, b.ACT2, act2)
+	e.launchAlmEndOffset(b.perFit(1024), b.OFFSET, b.ST, b.AOFF, b.AOFFA, b.WIDCT, b.COEFFA, b.NN, b.NOFF, b.ACT2, m)
+	e.launchAlmReweight(b.grw, b.WT, b.PART, b.E, b.COEFFA, b.ST, b.NN, b.NOFF, b.ACT2, m, p.Epsilon)
+	e.launchAlmReweightScale(b.grw, b.WT, b.PART, b.NN, b.NOFF, b.ACT2, m)
+	e.launchAlmEndFlat(b.perFit(1024), b.FLATLAST, b.DARKLAST, b.FLATCUR, b.ST, b.WIDCT, b.AOFFA, b.OFFSET, b.ACT2, m)
+	get(e, st, b.ST)
+	finished := 0
+	restart := false
+	for f := range b.F {
+		if act2[f] == 0 {
+			continue
+		}
+		s := st[f*nST : (f+1)*nST]
+		fits.iters[f] += int(s[stIter])
+		madFlat := s[stFNum] / s[stFDen]
+		madDark := math.Inf(1)
+		if fits.round[f] > 1 {
+			if s[stDNum] < 1e-7 {
+				madDark = 0
+			} else {
+				madDark = s[stDNum] / math.Max(s[stDDen], 1e-6)
+			}
+		}
+		if fits.stops[f].Round(basic.RoundChange(madFlat, madDark), int(s[stIter])) {
+			act[f] = 0
+			act2[f] = 0
+			finished++
+			continue
+		}
+		fits.round[f]++
+		restart = true
+	}
+	put(e, b.ACT, act)
+	if restart {
+		put(e, b.ACT2, act2)
+		e.resetSolve(b, b.ACT2)
+	}
+	return finished
+}
+
+// almProfiles downloads the working-size profiles, then resizes them to
+// full size on the GPU and normalises the flatfields.
+func (e *Engine) almProfiles(b *almBatch, ins []fitInput, p basic.Params, fits almFits) ([]basic.Profile, error) {
+	F, m := b.F, b.m
 	e.op = "profiles"
 	flatW := make([]float64, F*m)
 	darkW := make([]float64, F*m)
-	get(e, flatW, FLATLAST)
-	get(e, darkW, DARKLAST)
+	get(e, flatW, b.FLATLAST)
+	get(e, darkW, b.DARKLAST)
 	profs := make([]basic.Profile, F)
 	for f, in := range ins {
-		pr := basic.Profile{W: in.w, H: in.h, Iterations: iters[f], Reweights: round[f],
-			Converged: stops[f].Converged, Stalled: stops[f].Stalled, Rounds: stops[f].History()}
+		stop := fits.stops[f]
+		pr := basic.Profile{W: in.w, H: in.h, Iterations: fits.iters[f], Reweights: fits.round[f],
+			Converged: stop.Converged, Stalled: stop.Stalled, Rounds: stop.History()}
 		pr.WorkFlat = make([]float32, m)
 		pr.WorkDark = make([]float32, m)
 		for i := range m {
@@ -421,16 +511,18 @@ func (e *Engine) fitBatch(ctx context.Context, ins []fitInput, p basic.Params, f
 		}
 		profs[f] = pr
 	}
-	if err := e.profilesFullSize(profs, FLATLAST, DARKLAST, ps, p.Darkfield); err != nil {
+	if err := e.profilesFullSize(profs, b.FLATLAST, b.DARKLAST, b.ps, p.Darkfield); err != nil {
 		return nil, err
 	}
 	return profs, nil
 }
 
-func (e *Engine) resetSolve(act cu.DevicePtr, gpix dim, perFit func(int) dim, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, E, Y, ST, COEFF, VALID, NN, NOFF cu.DevicePtr, m int) {
-	e.launchAlmResetPix(gpix, S, VSUM, WHAT, WIDCT, AOFF, ROWSUM, act, m)
-	e.launchAlmResetElem(dim{gx: 64, gy: gpix.gy, gz: 1, bx: 256, by: 1, bz: 1}, E, Y, NN, NOFF, act, m)
-	e.launchAlmResetScalars(perFit(256), ST, COEFF, VALID, NN, NOFF, act)
+// resetSolve starts a new solve for the fits active in act.
+func (e *Engine) resetSolve(b *almBatch, act cu.DevicePtr) {
+	m := b.m
+	e.launchAlmResetPix(b.gpix, b.S, b.VSUM, b.WHAT, b.WIDCT, b.AOFF, b.ROWSUM, act, m)
+	e.launchAlmResetElem(dim{gx: 64, gy: b.gpix.gy, gz: 1, bx: 256, by: 1, bz: 1}, b.E, b.Y, b.NN, b.NOFF, act, m)
+	e.launchAlmResetScalars(b.perFit(256), b.ST, b.COEFF, b.VALID, b.NN, b.NOFF, act)
 }
 
 // resizeInputs uploads each stack and resizes it to ps x ps into D

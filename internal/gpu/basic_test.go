@@ -167,10 +167,7 @@ func TestFitBatchingLossless(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	saved := fitBatch
-	fitBatch = 1
-	defer func() { fitBatch = saved }()
-	one, err := testEngine.BaSiC().Fit(context.Background(), stacks, p)
+	one, err := (&BaSiC{e: testEngine, maxBatch: 1}).Fit(context.Background(), stacks, p)
 	if err != nil {
 		t.Fatal(err)
 	}

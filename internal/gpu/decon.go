@@ -268,156 +268,83 @@ func deconFixed(k *psf.Kernel) bool {
 	return (deconCBX*8+4*nv-8)*(deconCBY+k.NY-1)*4 <= 46<<10
 }
 
+// deconCommon is what both forms of a run (resident, deconRun; streamed,
+// deconStreamed) hold: the call, its geometry, the windows and the device
+// constants. Padded arrays are (pn, ph, pw) float32, row-major (x fastest).
+type deconCommon struct {
+	e              *Engine
+	k              *psf.Kernel
+	p              decon.Params
+	pl             deconPlan
+	g              decon.Geometry
+	pn, bn, ph, pw int // planes computed, padding planes before them, padded rows and width
+	biggs          bool
+	wins           []decon.Window
+
+	cvs                   *deconConvs
+	R                     *psf.Kernel  // the damping kernel
+	kd, kfd, rd, wd, sums cu.DevicePtr // k, flip(k), R, the plane weights (float64), the 3 float64 sums
+}
+
+func newDeconCommon(e *Engine, k *psf.Kernel, p decon.Params, pl deconPlan) deconCommon {
+	return deconCommon{e: e, k: k, p: p, pl: pl, g: pl.g, pn: pl.pn, bn: pl.bn, ph: pl.g.PH, pw: pl.g.PW,
+		biggs: p.Biggs(), wins: decon.PlanWindows(pl.g.PH, pl.rows, pl.halo)}
+}
+
+// uploadConsts allocates in ar and uploads the PSF, its flip, the damping
+// kernel and the plane weights, and allocates the sums.
+func (c *deconCommon) uploadConsts(ar *devArena) {
+	e, k := c.e, c.k
+	c.kd = ar.bytes(int64(len(k.Data)) * 4)
+	put(e, c.kd, k.Data)
+	c.kfd = ar.bytes(int64(len(k.Data)) * 4)
+	put(e, c.kfd, k.Flipped().Data)
+	c.R = decon.DampingKernel()
+	c.rd = ar.bytes(27 * 4)
+	put(e, c.rd, c.R.Data)
+	c.wd = ar.bytes(int64(len(c.pl.w)) * 8)
+	put(e, c.wd, c.pl.w)
+	c.sums = ar.bytes(3 * 8)
+}
+
+// makeConvs sets up the PSF convolutions of windows up to maxWH rows: on the
+// FFT path it allocates the FFT buffers and plans (the caller destroys
+// c.cvs.fft when not nil).
+func (c *deconCommon) makeConvs(ar *devArena, maxWH int) error {
+	c.cvs = &deconConvs{e: c.e, k: c.k, kd: c.kd, kfd: c.kfd}
+	if c.pl.fft {
+		f, err := c.e.newDeconFFT(ar, c.pn, maxWH, c.pw, c.k, c.kd, c.kfd)
+		if err != nil {
+			return err
+		}
+		c.cvs.fft = f
+	}
+	return nil
+}
+
 // deconRun runs on the engine goroutine: the iterates resident on the device.
 func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p decon.Params, pl deconPlan) (*DevStack, decon.Stats, error) {
-	var ar devArena
-	ar.e = e
+	ar := devArena{e: e}
 	defer ar.free()
 	g := pl.g
 	st := decon.Stats{Padded: [3]int{g.PN, g.PH, g.PW}}
 	n := in.len()
-
-	// Input checks and raw max on the device.
-	chk := ar.bytes(16)
-	cu.MemsetD8Async(chk, 0, 16, e.compute)
-	e.launchDeconCheck(grid1(n), in.ptr, n, chk, chk+8)
-	var cv [2]uint64
-	get(e, cv[:], chk)
-	if cv[1] != 0 {
-		return nil, st, fmt.Errorf("%w: %d values negative, NaN or infinite (want counts >= 0)", decon.ErrInput, cv[1])
-	}
-	st.RawMax = float64(math.Float32frombits(uint32(cv[0])))
-	if st.RawMax == 0 {
-		return nil, st, fmt.Errorf("%w: the stack is all zero", decon.ErrInput)
+	var err error
+	if st.RawMax, err = e.deconDeviceMax(&ar, in); err != nil {
+		return nil, st, err
 	}
 
-	pn, bn, w := pl.pn, pl.bn, pl.w
-	ph, pw := g.PH, g.PW
-	m := int64(pn) * int64(ph) * int64(pw)
-	biggs := p.Biggs()
-	halo := pl.halo
-	wins := decon.PlanWindows(ph, pl.rows, halo)
-	st.Chunks = len(wins)
-
-	kd := ar.bytes(int64(len(k.Data)) * 4)
-	put(e, kd, k.Data)
-	kfd := ar.bytes(int64(len(k.Data)) * 4)
-	put(e, kfd, k.Flipped().Data)
-	R := decon.DampingKernel()
-	rd := ar.bytes(27 * 4)
-	put(e, rd, R.Data)
-	wd := ar.bytes(int64(len(w)) * 8)
-	put(e, wd, w)
-	sums := ar.bytes(3 * 8)
-
-	obs := ar.bytes(m * 4)
-	e.launchDeconPad(grid1(m), obs, in.ptr, g.N, g.H, g.W, pn, ph, pw, bn, g.BH, g.BW)
-	x := ar.bytes(m * 4)
-	cu.MemcpyDtoDAsync(x, obs, m*4, e.compute)
-	xnew := ar.bytes(m * 4)
-	var xprev, gcur, gprev cu.DevicePtr
-	if biggs {
-		xprev, gcur, gprev = ar.bytes(m*4), ar.bytes(m*4), ar.bytes(m*4)
+	r := &deconResident{deconCommon: newDeconCommon(e, k, p, pl)}
+	st.Chunks = len(r.wins)
+	if err := r.allocate(&ar, in); err != nil {
+		return nil, st, err
 	}
-	single := len(wins) == 1
-	var bL, yS cu.DevicePtr
-	var obsL, curL, yL, aL, xpL cu.DevicePtr
-	maxWH := ph
-	if single {
-		bL = ar.bytes(m * 4)
-		if biggs {
-			yS = ar.bytes(m * 4)
-		}
-	} else {
-		maxWH = 0
-		for _, wn := range wins {
-			maxWH = max(maxWH, wn.Hi-wn.Lo)
-		}
-		lm := int64(pn) * int64(maxWH) * int64(pw) * 4
-		obsL, curL, aL, bL = ar.bytes(lm), ar.bytes(lm), ar.bytes(lm), ar.bytes(lm)
-		if biggs {
-			yL, xpL = ar.bytes(lm), ar.bytes(lm)
-		}
+	if r.cvs.fft != nil {
+		defer r.cvs.fft.destroy()
 	}
-	cvs := &deconConvs{e: e, k: k, kd: kd, kfd: kfd}
-	if pl.fft {
-		f, err := e.newDeconFFT(&ar, pn, maxWH, pw, k, kd, kfd)
-		if err != nil {
-			return nil, st, err
-		}
-		defer f.destroy()
-		cvs.fft = f
-	}
-	oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
-	stop := decon.Stopper{Criterion: p.StopCriterion, IgnoreGrowth: p.Biggs()}
-	var alpha float64
-	for it := 0; it < p.Iterations; it++ {
-		if err := checkCtx(ctx); err != nil {
-			return nil, st, err
-		}
-		cu.MemsetD8Async(sums, 0, 24, e.compute)
-		for _, wn := range wins {
-			wh := wn.Hi - wn.Lo
-			lm := int64(pn) * int64(wh) * int64(pw)
-			o, c, y, a, b := obs, x, x, xnew, bL
-			if !single {
-				o, c, a = obsL, curL, aL
-				e.launchDeconRows(grid1(lm), o, obs, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
-				e.launchDeconRows(grid1(lm), c, x, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
-				y = c
-			}
-			if biggs && it >= 2 {
-				xp := xprev
-				y = yS
-				if !single {
-					xp, y = xpL, yL
-					e.launchDeconRows(grid1(lm), xp, xprev, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
-				}
-				e.launchDeconPredict(grid1(lm), y, c, xp, float32(alpha), lm)
-			}
-			cvs.conv(false, b, y, pn, wh, pw, 1, o, 0, 0)
-			fused := single && !biggs && p.Damping == 0 && deconFixed(k) && cvs.fft == nil
-			switch {
-			case p.Damping > 0:
-				cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
-				e.deconConv(b, y, rd, R, pn, wh, pw, 0, 0, 0, 0)
-				e.launchDeconDamp(grid1(lm), a, y, b, oml, lam, lm)
-			case fused: // the new iterate and the stop rule's sum in one pass
-				cvs.conv(true, a, b, pn, wh, pw, 3, y, wd, sums)
-			default:
-				cvs.conv(true, a, b, pn, wh, pw, 2, y, 0, 0)
-			}
-			var gp cu.DevicePtr
-			if biggs && it >= 1 {
-				gp = gprev
-			}
-			if !fused {
-				e.launchDeconSums(grid1(int64(pn)*int64(wn.Core1-wn.Core0)*int64(pw)), c, a, y, gcur, gp, wd,
-					pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, sums)
-			}
-			if !single {
-				core := int64(pn) * int64(wn.Core1-wn.Core0) * int64(pw)
-				e.launchDeconRows(grid1(core), xnew, a, pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, 1)
-			}
-		}
-		var s [3]float64
-		get(e, s[:], sums)
-		rel, done := stop.Step(math.Sqrt(s[0]))
-		st.DeltaRel = append(st.DeltaRel, rel)
-		st.Iterations = it + 1
-		if biggs {
-			if it >= 1 {
-				alpha = decon.BiggsAlpha(s[1], s[2])
-			}
-			xprev, x, xnew = x, xnew, xprev
-			gcur, gprev = gprev, gcur
-		} else {
-			x, xnew = xnew, x
-		}
-		if done {
-			st.Stopped = true
-			break
-		}
+	x, err := r.iterate(ctx, &st)
+	if err != nil {
+		return nil, st, err
 	}
 
 	out := &DevStack{N: g.N, H: g.H, W: g.W, ptr: e.alloc(n * 4)}
@@ -425,12 +352,163 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 	if p.NoScale {
 		scale = 0
 	} else {
-		lo, hi := e.deconPercentiles(x, g, pn, bn, n, p.HistClip, 100-p.HistClip)
+		lo, hi := e.deconPercentiles(x, g, pl.pn, pl.bn, n, p.HistClip, 100-p.HistClip)
 		st.Lo, st.Hi = lo, hi
 	}
-	e.launchDeconScale(grid1(n), out.ptr, x, n, g.H, g.W, ph, pw, bn, g.BH, g.BW, scale, st.Lo, st.Hi, st.RawMax)
+	e.launchDeconScale(grid1(n), out.ptr, x, n, g.H, g.W, g.PH, g.PW, pl.bn, g.BH, g.BW, scale, st.Lo, st.Hi, st.RawMax)
 	e.sync()
 	return out, st, nil
+}
+
+// deconDeviceMax checks the input on the device and returns its largest
+// value (counts).
+func (e *Engine) deconDeviceMax(ar *devArena, in *DevStack) (float64, error) {
+	n := in.len()
+	chk := ar.bytes(16)
+	cu.MemsetD8Async(chk, 0, 16, e.compute)
+	e.launchDeconCheck(grid1(n), in.ptr, n, chk, chk+8)
+	var cv [2]uint64
+	get(e, cv[:], chk)
+	if cv[1] != 0 {
+		return 0, fmt.Errorf("%w: %d values negative, NaN or infinite (want counts >= 0)", decon.ErrInput, cv[1])
+	}
+	rawMax := float64(math.Float32frombits(uint32(cv[0])))
+	if rawMax == 0 {
+		return rawMax, fmt.Errorf("%w: the stack is all zero", decon.ErrInput)
+	}
+	return rawMax, nil
+}
+
+// deconResident is the state of one resident deconvolution (deconRun).
+type deconResident struct {
+	deconCommon
+	single                           bool         // one window: the windows' copies are the whole arrays
+	obs, x, xnew, xprev, gcur, gprev cu.DevicePtr // padded arrays (the last three Biggs-Andrews only)
+	bL, yS                           cu.DevicePtr // b (every form) and, one window, Biggs-Andrews' prediction
+	obsL, curL, yL, aL, xpL          cu.DevicePtr // several windows: the window's copies (tallest window)
+}
+
+// allocate uploads the constants, pads the input into obs, starts x as obs
+// and allocates the other iterates, the window buffers and the convolutions.
+func (r *deconResident) allocate(ar *devArena, in *DevStack) error {
+	e, g, pn, ph, pw := r.e, r.g, r.pn, r.ph, r.pw
+	m := int64(pn) * int64(ph) * int64(pw)
+	r.uploadConsts(ar)
+	r.obs = ar.bytes(m * 4)
+	e.launchDeconPad(grid1(m), r.obs, in.ptr, g.N, g.H, g.W, pn, ph, pw, r.bn, g.BH, g.BW)
+	r.x = ar.bytes(m * 4)
+	cu.MemcpyDtoDAsync(r.x, r.obs, m*4, e.compute)
+	r.xnew = ar.bytes(m * 4)
+	if r.biggs {
+		r.xprev, r.gcur, r.gprev = ar.bytes(m*4), ar.bytes(m*4), ar.bytes(m*4)
+	}
+	r.single = len(r.wins) == 1
+	maxWH := ph
+	if r.single {
+		r.bL = ar.bytes(m * 4)
+		if r.biggs {
+			r.yS = ar.bytes(m * 4)
+		}
+	} else {
+		maxWH = 0
+		for _, wn := range r.wins {
+			maxWH = max(maxWH, wn.Hi-wn.Lo)
+		}
+		lm := int64(pn) * int64(maxWH) * int64(pw) * 4
+		r.obsL, r.curL, r.aL, r.bL = ar.bytes(lm), ar.bytes(lm), ar.bytes(lm), ar.bytes(lm)
+		if r.biggs {
+			r.yL, r.xpL = ar.bytes(lm), ar.bytes(lm)
+		}
+	}
+	return r.makeConvs(ar, maxWH)
+}
+
+// iterate runs the iterations (p.Iterations, or fewer when the stop rule
+// ends them), recording the stop rule's figures in st, and returns the
+// final iterate.
+func (r *deconResident) iterate(ctx context.Context, st *decon.Stats) (cu.DevicePtr, error) {
+	e, p, biggs := r.e, r.p, r.biggs
+	stop := decon.Stopper{Criterion: p.StopCriterion, IgnoreGrowth: p.Biggs()}
+	var alpha float64
+	for it := 0; it < p.Iterations; it++ {
+		if err := checkCtx(ctx); err != nil {
+			return 0, err
+		}
+		cu.MemsetD8Async(r.sums, 0, 24, e.compute)
+		for _, wn := range r.wins {
+			r.window(it, wn, alpha)
+		}
+		var s [3]float64
+		get(e, s[:], r.sums)
+		rel, done := stop.Step(math.Sqrt(s[0]))
+		st.DeltaRel = append(st.DeltaRel, rel)
+		st.Iterations = it + 1
+		if biggs {
+			if it >= 1 {
+				alpha = decon.BiggsAlpha(s[1], s[2])
+			}
+			r.xprev, r.x, r.xnew = r.x, r.xnew, r.xprev
+			r.gcur, r.gprev = r.gprev, r.gcur
+		} else {
+			r.x, r.xnew = r.xnew, r.x
+		}
+		if done {
+			st.Stopped = true
+			break
+		}
+	}
+	return r.x, nil
+}
+
+// window updates window wn in iteration it: its rows copied out (several
+// windows), the Biggs-Andrews prediction, the RL (and damping) update, the
+// sums over its core and, several windows, its core rows copied into xnew.
+func (r *deconResident) window(it int, wn decon.Window, alpha float64) {
+	e, p, k, pn, ph, pw, biggs, single := r.e, r.p, r.k, r.pn, r.ph, r.pw, r.biggs, r.single
+	cvs := r.cvs
+	wh := wn.Hi - wn.Lo
+	lm := int64(pn) * int64(wh) * int64(pw)
+	o, c, y, a, b := r.obs, r.x, r.x, r.xnew, r.bL
+	if !single {
+		o, c, a = r.obsL, r.curL, r.aL
+		e.launchDeconRows(grid1(lm), o, r.obs, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
+		e.launchDeconRows(grid1(lm), c, r.x, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
+		y = c
+	}
+	if biggs && it >= 2 {
+		xp := r.xprev
+		y = r.yS
+		if !single {
+			xp, y = r.xpL, r.yL
+			e.launchDeconRows(grid1(lm), xp, r.xprev, pn, ph, pw, wn.Lo, wh, 0, 0, 0)
+		}
+		e.launchDeconPredict(grid1(lm), y, c, xp, float32(alpha), lm)
+	}
+	cvs.conv(false, b, y, pn, wh, pw, 1, o, 0, 0)
+	fused := single && !biggs && p.Damping == 0 && deconFixed(k) && cvs.fft == nil
+	switch {
+	case p.Damping > 0:
+		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
+		cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
+		e.deconConv(b, y, r.rd, r.R, pn, wh, pw, 0, 0, 0, 0)
+		e.launchDeconDamp(grid1(lm), a, y, b, oml, lam, lm)
+	case fused: // the new iterate and the stop rule's sum in one pass
+		cvs.conv(true, a, b, pn, wh, pw, 3, y, r.wd, r.sums)
+	default:
+		cvs.conv(true, a, b, pn, wh, pw, 2, y, 0, 0)
+	}
+	var gp cu.DevicePtr
+	if biggs && it >= 1 {
+		gp = r.gprev
+	}
+	if !fused {
+		e.launchDeconSums(grid1(int64(pn)*int64(wn.Core1-wn.Core0)*int64(pw)), c, a, y, r.gcur, gp, r.wd,
+			pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, r.sums)
+	}
+	if !single {
+		core := int64(pn) * int64(wn.Core1-wn.Core0) * int64(pw)
+		e.launchDeconRows(grid1(core), r.xnew, a, pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, 1)
+	}
 }
 
 // deconPercentiles returns numpy's percentiles qs of |x| over the cropped

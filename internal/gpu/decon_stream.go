@@ -213,13 +213,46 @@ type deconSet struct {
 // the rescale stream the final iterate's cropped rows the same way.
 func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params, pl deconPlan, gray16 bool) (*raster.Stack, []*raster.Gray16, decon.Stats, error) {
 	g := pl.g
-	pn, bn, ph, pw := pl.pn, pl.bn, g.PH, g.PW
-	biggs := p.Biggs()
 	st := decon.Stats{Padded: [3]int{g.PN, g.PH, g.PW}, Streamed: true, Phases: map[string]float64{}}
 	t0 := time.Now()
 	phase := func(name string) { st.Phases[name] = time.Since(t0).Seconds(); t0 = time.Now() }
 
-	// Input checks and raw max on the host (parallel over planes).
+	var err error
+	if st.RawMax, err = deconHostMax(in); err != nil {
+		return nil, nil, st, err
+	}
+	d := &deconStream{deconCommon: newDeconCommon(e, k, p, pl)}
+	defer d.freeHost()
+	d.pinHost()
+	phase("pin")
+	d.pad(in)
+	phase("pad")
+
+	ar := devArena{e: e}
+	defer ar.free()
+	st.Chunks = len(d.wins)
+	if err := d.allocate(&ar); err != nil {
+		return nil, nil, st, err
+	}
+	if d.cvs.fft != nil {
+		defer d.cvs.fft.destroy()
+	}
+	d.startStreams()
+	defer d.stopStreams()
+
+	hx, err := d.iterate(ctx, &st)
+	if err != nil {
+		return nil, nil, st, err
+	}
+	phase("iterate")
+	out, pages := d.finish(hx, &st, gray16)
+	phase("finish")
+	return out, pages, st, nil
+}
+
+// deconHostMax checks the input on the host (parallel over planes) and
+// returns its largest value (counts).
+func deconHostMax(in *raster.Stack) (float64, error) {
 	maxs := make([]float32, in.N)
 	bads := make([]int64, in.N)
 	parallelFor(in.N, func(z int) {
@@ -234,40 +267,70 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 		}
 		maxs[z], bads[z] = mx, bad
 	})
+	var rawMax float64
 	var bad int64
 	for z := range maxs {
-		st.RawMax = math.Max(st.RawMax, float64(maxs[z]))
+		rawMax = math.Max(rawMax, float64(maxs[z]))
 		bad += bads[z]
 	}
 	if bad != 0 {
-		return nil, nil, st, fmt.Errorf("%w: %d values negative, NaN or infinite (want counts >= 0)", decon.ErrInput, bad)
+		return rawMax, fmt.Errorf("%w: %d values negative, NaN or infinite (want counts >= 0)", decon.ErrInput, bad)
 	}
-	if st.RawMax == 0 {
-		return nil, nil, st, fmt.Errorf("%w: the stack is all zero", decon.ErrInput)
+	if rawMax == 0 {
+		return rawMax, fmt.Errorf("%w: the stack is all zero", decon.ErrInput)
 	}
+	return rawMax, nil
+}
 
-	// Pinned host arrays: obs, three iterates (two for RL), G and G_prev.
-	m := int64(pn) * int64(ph) * int64(pw)
+// deconStream is the state of one streamed deconvolution (deconStreamed):
+// the iterates in pinned host memory (host arrays are padded (pn, ph, pw)
+// float32 like the device's), two buffer sets of the tallest window.
+type deconStream struct {
+	deconCommon
+	host    []unsafe.Pointer // every pinned array (freeHost frees them)
+	hobs    unsafe.Pointer   // the padded observation
+	iters   []unsafe.Pointer // the iterate arrays: 2 (RL) or 3 (Biggs-Andrews)
+	hg, hgp unsafe.Pointer   // G and G_prev (Biggs-Andrews)
+
+	sets     [2]deconSet
+	up, down cu.Stream // the copy streams (in, out)
+}
+
+// pinHost allocates the pinned host arrays: obs, three iterates (two for
+// RL), G and G_prev.
+func (d *deconStream) pinHost() {
+	e := d.e
+	m := int64(d.pn) * int64(d.ph) * int64(d.pw)
 	nHost := 3
-	if biggs {
+	if d.biggs {
 		nHost = 6
 	}
-	host := make([]unsafe.Pointer, 0, nHost)
-	defer func() {
-		for _, h := range host {
-			cu.MemFreeHost(h)
-		}
-	}()
+	d.host = make([]unsafe.Pointer, 0, nHost)
 	for i := 0; i < nHost; i++ {
 		prev := e.op
-		e.op = fmt.Sprintf("pinned host memory %s (%d arrays of %dx%dx%d float32)", fmtBytes(m*4), nHost, pw, ph, pn)
-		host = append(host, cu.MemAllocHost(m*4))
+		e.op = fmt.Sprintf("pinned host memory %s (%d arrays of %dx%dx%d float32)", fmtBytes(m*4), nHost, d.pw, d.ph, d.pn)
+		d.host = append(d.host, cu.MemAllocHost(m*4))
 		e.op = prev
 	}
-	phase("pin")
-	f32 := func(ptr unsafe.Pointer) []float32 { return unsafe.Slice((*float32)(ptr), m) }
-	hobs := host[0]
-	obs := f32(hobs)
+	d.hobs = d.host[0]
+	d.iters = d.host[1:3] // RL: two iterate buffers besides obs
+	if d.biggs {
+		d.iters = d.host[1:4]
+		d.hg, d.hgp = d.host[4], d.host[5]
+	}
+}
+
+func (d *deconStream) freeHost() {
+	for _, h := range d.host {
+		cu.MemFreeHost(h)
+	}
+}
+
+// pad writes the mirror-padded input into the pinned observation: plane z
+// of it is input plane Mirror(z-bn), rows and columns mirrored likewise.
+func (d *deconStream) pad(in *raster.Stack) {
+	g, pn, bn, ph, pw := d.g, d.pn, d.bn, d.ph, d.pw
+	obs := unsafe.Slice((*float32)(d.hobs), int64(pn)*int64(ph)*int64(pw))
 	xs := make([]int, pw)
 	for x := range xs {
 		xs[x] = decon.Mirror(x-g.BW, g.W)
@@ -282,171 +345,103 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 			}
 		}
 	})
-	phase("pad")
-	iters := host[1:3] // RL: two iterate buffers besides obs
-	var hg, hgp unsafe.Pointer
-	if biggs {
-		iters = host[1:4]
-		hg, hgp = host[4], host[5]
-	}
+}
 
-	var ar devArena
-	ar.e = e
-	defer ar.free()
-	wins := decon.PlanWindows(ph, pl.rows, pl.halo)
-	st.Chunks = len(wins)
-	maxWH, maxCore := 0, 0
-	for _, wn := range wins {
+// allocate uploads the constants and allocates the two slab buffer sets
+// for the tallest window and the convolutions.
+func (d *deconStream) allocate(ar *devArena) error {
+	pn, pw := d.pn, d.pw
+	maxWH := 0
+	for _, wn := range d.wins {
 		maxWH = max(maxWH, wn.Hi-wn.Lo)
-		maxCore = max(maxCore, wn.Core1-wn.Core0)
 	}
-	kd := ar.bytes(int64(len(k.Data)) * 4)
-	put(e, kd, k.Data)
-	kfd := ar.bytes(int64(len(k.Data)) * 4)
-	put(e, kfd, k.Flipped().Data)
-	R := decon.DampingKernel()
-	rd := ar.bytes(27 * 4)
-	put(e, rd, R.Data)
-	wd := ar.bytes(int64(len(pl.w)) * 8)
-	put(e, wd, pl.w)
-	sums := ar.bytes(3 * 8)
+	d.uploadConsts(ar)
 	lmB := int64(pn) * int64(maxWH) * int64(pw) * 4
-	var sets [2]deconSet
-	for i := range sets {
-		s := &sets[i]
+	for i := range d.sets {
+		s := &d.sets[i]
 		s.o, s.c, s.a, s.b = ar.bytes(lmB), ar.bytes(lmB), ar.bytes(lmB), ar.bytes(lmB)
-		if biggs {
+		if d.biggs {
 			s.xp, s.y = ar.bytes(lmB), ar.bytes(lmB)
 			s.gc, s.gp = ar.bytes(lmB), ar.bytes(lmB)
 		}
 	}
-	cvs := &deconConvs{e: e, k: k, kd: kd, kfd: kfd}
-	if pl.fft {
-		f, err := e.newDeconFFT(&ar, pn, maxWH, pw, k, kd, kfd)
-		if err != nil {
-			return nil, nil, st, err
-		}
-		defer f.destroy()
-		cvs.fft = f
-	}
+	return d.makeConvs(ar, maxWH)
+}
 
-	// Streams and events (destroyed after everything queued has finished,
-	// before the arena's buffers go back to the pool).
-	up, down := cu.StreamCreate(), cu.StreamCreate()
-	for i := range sets {
-		s := &sets[i]
+// startStreams creates the copy streams and each set's events, recorded
+// once on the compute stream so that the first waits on them pass.
+func (d *deconStream) startStreams() {
+	d.up, d.down = cu.StreamCreate(), cu.StreamCreate()
+	for i := range d.sets {
+		s := &d.sets[i]
 		s.evUp, s.evComp, s.evDown = eventCreate(), eventCreate(), eventCreate()
 		for _, ev := range []event{s.evUp, s.evComp, s.evDown} {
-			ev.record(e.compute)
+			ev.record(d.e.compute)
 		}
 	}
-	defer func() {
-		func() {
-			defer func() { _ = recover() }()
-			up.Synchronize()
-			down.Synchronize()
-			e.compute.Synchronize()
-		}()
-		for i := range sets {
-			for _, ev := range []event{sets[i].evUp, sets[i].evComp, sets[i].evDown} {
-				func() { defer func() { _ = recover() }(); ev.destroy() }()
-			}
-		}
-		func() { defer func() { _ = recover() }(); up.Destroy() }()
-		func() { defer func() { _ = recover() }(); down.Destroy() }()
+}
+
+// stopStreams destroys the streams and events after everything queued has
+// finished (before the arena's buffers go back to the pool); after a CUDA
+// failure it goes on through every step.
+func (d *deconStream) stopStreams() {
+	func() {
+		defer func() { _ = recover() }()
+		d.up.Synchronize()
+		d.down.Synchronize()
+		d.e.compute.Synchronize()
 	}()
-
-	// rowsIn copies rows [r0, r1) of planes [z0, z0+nz) of a host (pn, ph, pw)
-	// array into dst (nz, r1-r0, pw) on stream s; rowsOut the reverse, from
-	// rows [o0, o0+(r1-r0)) of a (nz, srcRows, pw) device array.
-	rowsIn := func(dst cu.DevicePtr, hostArr unsafe.Pointer, z0, nz, r0, r1 int, s cu.Stream) {
-		rb := int64(r1-r0) * int64(pw) * 4
-		for z := 0; z < nz; z++ {
-			src := unsafe.Add(hostArr, ((int64(z0+z)*int64(ph))+int64(r0))*int64(pw)*4)
-			cu.MemcpyHtoDAsync(dst+cu.DevicePtr(int64(z)*rb), src, rb, s)
+	for i := range d.sets {
+		for _, ev := range []event{d.sets[i].evUp, d.sets[i].evComp, d.sets[i].evDown} {
+			func() { defer func() { _ = recover() }(); ev.destroy() }()
 		}
 	}
-	rowsOut := func(hostArr unsafe.Pointer, src cu.DevicePtr, srcRows, o0, r0, r1 int, s cu.Stream) {
-		rb := int64(r1-r0) * int64(pw) * 4
-		for z := 0; z < pn; z++ {
-			dst := unsafe.Add(hostArr, ((int64(z)*int64(ph))+int64(r0))*int64(pw)*4)
-			cu.MemcpyDtoHAsync(dst, src+cu.DevicePtr((int64(z)*int64(srcRows)+int64(o0))*int64(pw)*4), rb, s)
-		}
-	}
+	func() { defer func() { _ = recover() }(); d.up.Destroy() }()
+	func() { defer func() { _ = recover() }(); d.down.Destroy() }()
+}
 
-	oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
+// rowsIn copies rows [r0, r1) of planes [z0, z0+nz) of a host (pn, ph, pw)
+// array into dst (nz, r1-r0, pw) on stream s.
+func (d *deconStream) rowsIn(dst cu.DevicePtr, hostArr unsafe.Pointer, z0, nz, r0, r1 int, s cu.Stream) {
+	ph, pw := d.ph, d.pw
+	rb := int64(r1-r0) * int64(pw) * 4
+	for z := 0; z < nz; z++ {
+		src := unsafe.Add(hostArr, ((int64(z0+z)*int64(ph))+int64(r0))*int64(pw)*4)
+		cu.MemcpyHtoDAsync(dst+cu.DevicePtr(int64(z)*rb), src, rb, s)
+	}
+}
+
+// rowsOut copies rows [o0, o0+(r1-r0)) of every plane of a (pn, srcRows, pw)
+// device array into rows [r0, r1) of a host (pn, ph, pw) array on stream s.
+func (d *deconStream) rowsOut(hostArr unsafe.Pointer, src cu.DevicePtr, srcRows, o0, r0, r1 int, s cu.Stream) {
+	ph, pw := d.ph, d.pw
+	rb := int64(r1-r0) * int64(pw) * 4
+	for z := 0; z < d.pn; z++ {
+		dst := unsafe.Add(hostArr, ((int64(z)*int64(ph))+int64(r0))*int64(pw)*4)
+		cu.MemcpyDtoHAsync(dst, src+cu.DevicePtr((int64(z)*int64(srcRows)+int64(o0))*int64(pw)*4), rb, s)
+	}
+}
+
+// iterate runs the iterations (p.Iterations, or fewer when the stop rule
+// ends them), recording the stop rule's figures in st, and returns the host
+// array that holds the final iterate.
+func (d *deconStream) iterate(ctx context.Context, st *decon.Stats) (unsafe.Pointer, error) {
+	p, biggs := d.p, d.biggs
 	stop := decon.Stopper{Criterion: p.StopCriterion, IgnoreGrowth: biggs}
 	var alpha float64
-	hx, hxprev := hobs, unsafe.Pointer(nil)
+	hx, hxprev := d.hobs, unsafe.Pointer(nil)
 	for it := 0; it < p.Iterations; it++ {
 		if err := checkCtx(ctx); err != nil {
-			return nil, nil, st, err
+			return nil, err
 		}
 		var hxnew unsafe.Pointer
-		for _, b := range iters {
+		for _, b := range d.iters {
 			if b != hx && b != hxprev {
 				hxnew = b
 				break
 			}
 		}
-		cu.MemsetD8Async(sums, 0, 24, e.compute)
-		upload := func(i int) {
-			wn, s := wins[i], &sets[i%2]
-			streamWait(up, s.evComp)
-			rowsIn(s.o, hobs, 0, pn, wn.Lo, wn.Hi, up)
-			rowsIn(s.c, hx, 0, pn, wn.Lo, wn.Hi, up)
-			if biggs && it >= 2 {
-				rowsIn(s.xp, hxprev, 0, pn, wn.Lo, wn.Hi, up)
-			}
-			if biggs && it >= 1 {
-				rowsIn(s.gp, hgp, 0, pn, wn.Core0, wn.Core1, up)
-			}
-			s.evUp.record(up)
-		}
-		upload(0)
-		for i, wn := range wins {
-			if i+1 < len(wins) {
-				upload(i + 1)
-			}
-			s := &sets[i%2]
-			wh, core := wn.Hi-wn.Lo, wn.Core1-wn.Core0
-			lm := int64(pn) * int64(wh) * int64(pw)
-			streamWait(e.compute, s.evUp)
-			streamWait(e.compute, s.evDown)
-			y := s.c
-			if biggs && it >= 2 {
-				y = s.y
-				e.launchDeconPredict(grid1(lm), y, s.c, s.xp, float32(alpha), lm)
-			}
-			cvs.conv(false, s.b, y, pn, wh, pw, 1, s.o, 0, 0)
-			if p.Damping > 0 {
-				cvs.conv(true, s.a, s.b, pn, wh, pw, 0, 0, 0, 0)
-				e.deconConv(s.b, y, rd, R, pn, wh, pw, 0, 0, 0, 0)
-				e.launchDeconDamp(grid1(lm), s.a, y, s.b, oml, lam, lm)
-			} else {
-				cvs.conv(true, s.a, s.b, pn, wh, pw, 2, y, 0, 0)
-			}
-			var gc, gp cu.DevicePtr
-			if biggs {
-				gc = s.gc
-				if it >= 1 {
-					gp = s.gp
-				}
-			}
-			// G and G_prev in the slab's core layout (pn, core, pw): ph = core, c0 = 0, lo = Lo - Core0
-			e.launchDeconSums(grid1(int64(pn)*int64(core)*int64(pw)), s.c, s.a, y, gc, gp, wd,
-				pn, core, pw, wn.Lo-wn.Core0, wh, 0, core, sums)
-			s.evComp.record(e.compute)
-			streamWait(down, s.evComp)
-			rowsOut(hxnew, s.a, wh, wn.Core0-wn.Lo, wn.Core0, wn.Core1, down)
-			if biggs {
-				rowsOut(hg, s.gc, core, 0, wn.Core0, wn.Core1, down)
-			}
-			s.evDown.record(down)
-		}
-		var sv [3]float64
-		get(e, sv[:], sums)
-		down.Synchronize() // the new iterate is in host memory before the next iteration reads it
+		sv := d.iteration(it, hx, hxprev, hxnew, alpha)
 		rel, done := stop.Step(math.Sqrt(sv[0]))
 		st.DeltaRel = append(st.DeltaRel, rel)
 		st.Iterations = it + 1
@@ -455,7 +450,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 				alpha = decon.BiggsAlpha(sv[1], sv[2])
 			}
 			hxprev, hx = hx, hxnew
-			hg, hgp = hgp, hg
+			d.hg, d.hgp = d.hgp, d.hg
 		} else {
 			hx = hxnew
 		}
@@ -464,39 +459,140 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 			break
 		}
 	}
+	return hx, nil
+}
 
-	phase("iterate")
-	// Finish: the cropped rows of the final iterate, slab by slab (planes
-	// [bn, bn+N), rows [max(Core0, BH), min(Core1, BH+H)), full padded width).
-	type crop struct{ r0, r1 int }
-	var crops []crop
-	for _, wn := range wins {
-		if r0, r1 := max(wn.Core0, g.BH), min(wn.Core1, g.BH+g.H); r0 < r1 {
-			crops = append(crops, crop{r0, r1})
+// iteration runs iteration it over every slab, two in flight: slab i+1 is
+// copied in on the up stream while slab i is updated on the compute stream,
+// and each slab's core rows are copied out on the down stream into hxnew.
+// It returns the stop rule's and α's sums over the cores, once the new
+// iterate is in host memory (the next iteration reads it).
+func (d *deconStream) iteration(it int, hx, hxprev, hxnew unsafe.Pointer, alpha float64) [3]float64 {
+	cu.MemsetD8Async(d.sums, 0, 24, d.e.compute)
+	d.uploadSlab(0, it, hx, hxprev)
+	for i := range d.wins {
+		if i+1 < len(d.wins) {
+			d.uploadSlab(i+1, it, hx, hxprev)
+		}
+		d.updateSlab(i, it, alpha)
+		d.downloadSlab(i, hxnew)
+	}
+	var sv [3]float64
+	get(d.e, sv[:], d.sums)
+	d.down.Synchronize()
+	return sv
+}
+
+// uploadSlab copies window i's rows of the observation and the iterate
+// (and, for Biggs-Andrews, of the previous iterate and G_prev's core) into
+// its buffer set, once the set's previous update has finished.
+func (d *deconStream) uploadSlab(i, it int, hx, hxprev unsafe.Pointer) {
+	wn, s := d.wins[i], &d.sets[i%2]
+	pn, up := d.pn, d.up
+	streamWait(up, s.evComp)
+	d.rowsIn(s.o, d.hobs, 0, pn, wn.Lo, wn.Hi, up)
+	d.rowsIn(s.c, hx, 0, pn, wn.Lo, wn.Hi, up)
+	if d.biggs && it >= 2 {
+		d.rowsIn(s.xp, hxprev, 0, pn, wn.Lo, wn.Hi, up)
+	}
+	if d.biggs && it >= 1 {
+		d.rowsIn(s.gp, d.hgp, 0, pn, wn.Core0, wn.Core1, up)
+	}
+	s.evUp.record(up)
+}
+
+// updateSlab updates window i on the compute stream: the Biggs-Andrews
+// prediction, the RL (and damping) update into s.a and the sums over the
+// core.
+func (d *deconStream) updateSlab(i, it int, alpha float64) {
+	e, p, pn, pw := d.e, d.p, d.pn, d.pw
+	wn, s := d.wins[i], &d.sets[i%2]
+	wh, core := wn.Hi-wn.Lo, wn.Core1-wn.Core0
+	lm := int64(pn) * int64(wh) * int64(pw)
+	streamWait(e.compute, s.evUp)
+	streamWait(e.compute, s.evDown)
+	y := s.c
+	if d.biggs && it >= 2 {
+		y = s.y
+		e.launchDeconPredict(grid1(lm), y, s.c, s.xp, float32(alpha), lm)
+	}
+	d.cvs.conv(false, s.b, y, pn, wh, pw, 1, s.o, 0, 0)
+	if p.Damping > 0 {
+		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
+		d.cvs.conv(true, s.a, s.b, pn, wh, pw, 0, 0, 0, 0)
+		e.deconConv(s.b, y, d.rd, d.R, pn, wh, pw, 0, 0, 0, 0)
+		e.launchDeconDamp(grid1(lm), s.a, y, s.b, oml, lam, lm)
+	} else {
+		d.cvs.conv(true, s.a, s.b, pn, wh, pw, 2, y, 0, 0)
+	}
+	var gc, gp cu.DevicePtr
+	if d.biggs {
+		gc = s.gc
+		if it >= 1 {
+			gp = s.gp
 		}
 	}
-	cropPass := func(fn func(s *deconSet, c crop)) {
-		upc := func(i int) {
-			s := &sets[i%2]
-			streamWait(up, s.evComp)
-			rowsIn(s.o, hx, bn, g.N, crops[i].r0, crops[i].r1, up)
-			s.evUp.record(up)
+	// G and G_prev in the slab's core layout (pn, core, pw): ph = core, c0 = 0, lo = Lo - Core0
+	e.launchDeconSums(grid1(int64(pn)*int64(core)*int64(pw)), s.c, s.a, y, gc, gp, d.wd,
+		pn, core, pw, wn.Lo-wn.Core0, wh, 0, core, d.sums)
+	s.evComp.record(e.compute)
+}
+
+// downloadSlab copies window i's updated core rows (and G's) into hxnew
+// (and hg) on the down stream, after its update.
+func (d *deconStream) downloadSlab(i int, hxnew unsafe.Pointer) {
+	wn, s := d.wins[i], &d.sets[i%2]
+	wh, core := wn.Hi-wn.Lo, wn.Core1-wn.Core0
+	streamWait(d.down, s.evComp)
+	d.rowsOut(hxnew, s.a, wh, wn.Core0-wn.Lo, wn.Core0, wn.Core1, d.down)
+	if d.biggs {
+		d.rowsOut(d.hg, s.gc, core, 0, wn.Core0, wn.Core1, d.down)
+	}
+	s.evDown.record(d.down)
+}
+
+// deconCrop is the rows [r0, r1) of a window's core inside the unpadded
+// image (padded row numbers).
+type deconCrop struct{ r0, r1 int }
+
+// cropPass runs fn on the compute stream for each crop, with the crop's
+// rows of planes [bn, bn+N) of hx copied into the set's o on the up stream,
+// one crop ahead.
+func (d *deconStream) cropPass(hx unsafe.Pointer, crops []deconCrop, fn func(s *deconSet, c deconCrop)) {
+	upc := func(i int) {
+		s := &d.sets[i%2]
+		streamWait(d.up, s.evComp)
+		d.rowsIn(s.o, hx, d.bn, d.g.N, crops[i].r0, crops[i].r1, d.up)
+		s.evUp.record(d.up)
+	}
+	upc(0)
+	for i, c := range crops {
+		if i+1 < len(crops) {
+			upc(i + 1)
 		}
-		upc(0)
-		for i, c := range crops {
-			if i+1 < len(crops) {
-				upc(i + 1)
-			}
-			s := &sets[i%2]
-			streamWait(e.compute, s.evUp)
-			fn(s, c)
-			s.evComp.record(e.compute)
+		s := &d.sets[i%2]
+		streamWait(d.e.compute, s.evUp)
+		fn(s, c)
+		s.evComp.record(d.e.compute)
+	}
+}
+
+// finish reads the cropped rows of the final iterate hx slab by slab
+// (planes [bn, bn+N), rows [max(Core0, BH), min(Core1, BH+H)), full padded
+// width): the percentiles into st (unless p.NoScale), then the rescale
+// (and, with gray16, the quantisation to uint16 pages) into the result.
+func (d *deconStream) finish(hx unsafe.Pointer, st *decon.Stats, gray16 bool) (*raster.Stack, []*raster.Gray16) {
+	e, g, p, pw := d.e, d.g, d.p, d.pw
+	var crops []deconCrop
+	for _, wn := range d.wins {
+		if r0, r1 := max(wn.Core0, g.BH), min(wn.Core1, g.BH+g.H); r0 < r1 {
+			crops = append(crops, deconCrop{r0, r1})
 		}
 	}
 	n := int64(g.N) * int64(g.H) * int64(g.W)
 	if !p.NoScale {
 		st.Lo, st.Hi = e.deconSelect(n, func(bins cu.DevicePtr, shift, mask, all, mshift int, match uint32) {
-			cropPass(func(s *deconSet, c crop) {
+			d.cropPass(hx, crops, func(s *deconSet, c deconCrop) {
 				hs := c.r1 - c.r0
 				ns := int64(g.N) * int64(hs) * int64(g.W)
 				e.launchDeconHist(grid1(ns), bins, s.o, ns, hs, g.W, hs, pw, 0, 0, g.BW, shift, mask, all, mshift, match)
@@ -517,7 +613,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 	} else {
 		out = raster.NewStack(g.N, g.H, g.W)
 	}
-	cropPass(func(s *deconSet, c crop) {
+	d.cropPass(hx, crops, func(s *deconSet, c deconCrop) {
 		hs := c.r1 - c.r0
 		ns := int64(g.N) * int64(hs) * int64(g.W)
 		e.launchDeconScale(grid1(ns), s.a, s.o, ns, hs, g.W, hs, pw, 0, 0, g.BW, scale, st.Lo, st.Hi, st.RawMax)
@@ -536,6 +632,5 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 		e.download(segs)
 	})
 	e.sync()
-	phase("finish")
-	return out, pages, st, nil
+	return out, pages
 }

@@ -1,7 +1,15 @@
-// Package gpu is the CUDA engine of the stitch stage: BaSiC illumination
-// fits, phase-correlation translations and correction + blending on one
-// NVIDIA GPU, through the CUDA driver API and cuFFT
-// (github.com/mumax/3/cuda/cu and .../cufft).
+// Package gpu is the CUDA engine of the four stages, on one NVIDIA GPU
+// through the CUDA driver API and cuFFT (github.com/mumax/3/cuda/cu and
+// .../cufft): for stitch, BaSiC illumination fits, phase-correlation
+// translations and correction + blending (basic.go, align.go, blend.go); for
+// decon, Richardson-Lucy / Biggs-Andrews deconvolution, resident on the
+// device or streamed through it from pinned host memory (decon.go,
+// decon_stream.go, decon_fft.go); for edf, extended depth of field
+// (edf.go); for registration, downsampling, block phase correlation and the
+// warp (register.go). One engine serves every algorithm interface
+// (basic.Fitter, align.PairTranslator, blend.Blender, decon.Deconvolver,
+// register.Backend, the EDF methods) and, for stages chained on the card,
+// device-buffer forms (DevStack, EDFStack).
 //
 // Build tags: the engine is compiled only with -tags cuda (make gpu). Without
 // the tag, Open returns ErrNoCUDA and nothing here needs cgo, so
@@ -23,9 +31,10 @@
 // row-major, x fastest, on the host and on the device. Intensities are counts
 // (uint16) or counts/65535 (float32), as each method states.
 //
-// Precision, per step (the conformance suites in basictest, aligntest and
-// blendtest pass for both CPU and GPU; the tests with -tags cuda compare
-// the two on the same data):
+// Precision, per step (the conformance suites in basictest, aligntest,
+// blendtest, decontest, edftest and registertest pass for both CPU and GPU; the
+// tests with -tags cuda compare the two on the same data; decon, edf and
+// register state theirs on Decon, Engine.EDF and Registrar):
 //   - resize to the BaSiC working size: float32 samples, float64 sums in the
 //     CPU's order: bit-identical to basic.ResizeToWorking;
 //   - BaSiC inexact-ALM iterations, DCTs (as matrix products), reweighting:
@@ -42,8 +51,10 @@
 //     (translations equal to the CPU's, sub-pixel ones within 1e-6 px).
 //
 // Memory: BaSiC fits are batched up to half of the free device memory
-// (lossless: each fit's arithmetic is independent of the others); the stage
-// at production size peaks at about 6 GiB.
+// (lossless: each fit's arithmetic is independent of the others); the
+// stitch stage at production size peaks at about 6 GiB. Deconvolution
+// plans its device memory against a budget (deconMakePlan) and streams
+// when the resident form does not fit.
 package gpu
 
 // The typed kernel launchers (launch_gen.go, e.launchCropMeans(d, ...)) are

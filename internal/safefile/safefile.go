@@ -24,7 +24,11 @@ var ErrTooLarge = errors.New("file too large")
 // Open opens path for reading if it is a regular file (symlinks followed)
 // and returns it with its fstat. Errors are *fs.PathError or wrap
 // ErrNotRegular naming what the path is; they do not name the path.
-func Open(path string) (*os.File, fs.FileInfo, error) {
+func Open(path string) (*os.File, fs.FileInfo, error) { return open(path, os.Stat) }
+
+// open is Open with the check's stat given (os.Stat; a test passes one that
+// stands for a path replaced between the stat and the open).
+func open(path string, stat func(string) (fs.FileInfo, error)) (*os.File, fs.FileInfo, error) {
 	st, err := stat(path)
 	if err != nil {
 		return nil, nil, err
@@ -45,10 +49,6 @@ func Open(path string) (*os.File, fs.FileInfo, error) {
 	}
 	return f, st, nil
 }
-
-// stat is os.Stat; a test swaps it to stand for a path replaced between the
-// stat and the open.
-var stat = os.Stat
 
 // Regular is nil for a regular file, else an error wrapping ErrNotRegular
 // that says what st is ("a named pipe (FIFO)", "a device", ...).

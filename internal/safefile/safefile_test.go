@@ -55,10 +55,15 @@ func TestSwappedAfterStat(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stat = func(string) (os.FileInfo, error) { return os.Stat(reg) } // the check saw a regular file
-	defer func() { stat = os.Stat }()
+	statReg := func(string) (os.FileInfo, error) { return os.Stat(reg) } // the check saw a regular file
 	done := make(chan error, 1)
-	go func() { _, err := ReadFile(fifo, 10); done <- err }()
+	go func() {
+		f, _, err := open(fifo, statReg)
+		if err == nil {
+			f.Close()
+		}
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrNotRegular) {

@@ -207,8 +207,6 @@ func TestTruncated(t *testing.T) {
 }
 
 func TestGarbage(t *testing.T) {
-	defer func(v int64) { maxImageBytes = v }(maxImageBytes)
-	maxImageBytes = 1 << 22
 	rng := rand.New(rand.NewPCG(3, 3))
 	seeds := fuzzSeeds()
 	for i := range 3000 {
@@ -227,12 +225,14 @@ func TestGarbage(t *testing.T) {
 	}
 }
 
-// decodeBytes runs the readers on an in-memory file.
+// decodeBytes runs the readers on an in-memory file, with the per-page cap
+// lowered to 4 MiB so that corrupt sizes allocate little.
 func decodeBytes(data []byte) {
 	f, err := openTIFF(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return
 	}
+	f.maxImage = 1 << 22
 	readInfo(f)
 	readGray16(f, true)
 	readFloat32(f, true)
@@ -252,7 +252,6 @@ func fuzzSeeds() [][]byte {
 }
 
 func FuzzDecode(f *testing.F) {
-	maxImageBytes = 1 << 22 // keep corrupt sizes from allocating much
 	for _, s := range fuzzSeeds() {
 		f.Add(s)
 	}
@@ -314,4 +313,39 @@ func TestReadsOnlyWhatItNeeds(t *testing.T) {
 		t.Errorf("ReadInfo read %d bytes of %d", c.n.Load(), len(data))
 	}
 	t.Logf("page 0: %d bytes read (page %d, file %d); info: %d bytes", pageBytes, pageBytes, len(data), c.n.Load())
+}
+
+// TestPageCap: the open file's maxImage caps the decoded size of a page and
+// of a tile before anything is allocated (the default, maxImageBytes, is
+// far above these; decodeBytes lowers it for the fuzz inputs).
+func TestPageCap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	strips := buildTIFF(u16Pages(rng, 1, 20, 10), buildOpts{bps: 16, sf: 1, rps: 4})
+	tiles := buildTIFF(u16Pages(rng, 1, 20, 10), buildOpts{bps: 16, sf: 1, tileW: 16, tileH: 16})
+	for _, tc := range []struct {
+		name string
+		data []byte
+		cap  int64
+		want string // "" reads
+	}{
+		{"strips at the default cap", strips, maxImageBytes, ""},
+		{"strips at their size", strips, 20 * 10 * 2, ""},
+		{"strips one byte below", strips, 20*10*2 - 1, "20x10 16-bit image exceeds the 399-byte limit"},
+		{"tiles at the image size", tiles, 20 * 10 * 2, "16x16 tiles exceed the 400-byte limit"},
+		{"tiles at the tile size", tiles, 16 * 16 * 2, ""},
+		{"tiles one byte below", tiles, 16*16*2 - 1, "16x16 tiles exceed the 511-byte limit"},
+	} {
+		f, err := openTIFF(bytes.NewReader(tc.data), int64(len(tc.data)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		f.maxImage = tc.cap
+		_, err = readGray16(f, true)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (!errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want ErrUnsupported naming %q", tc.name, err, tc.want)
+		}
+	}
 }

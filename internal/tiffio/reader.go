@@ -66,10 +66,11 @@ const (
 	sampleUndefined = 4
 )
 
-// maxImageBytes caps the decoded size of one page, so that a corrupt header
-// cannot make the reader allocate without bound. 16 GiB is far above any
-// plane this pipeline handles (a stitched plane is ~190 MB). Tests lower it.
-var maxImageBytes int64 = 16 << 30
+// maxImageBytes is the default cap on the decoded size of one page
+// (file.maxImage), so that a corrupt header cannot make the reader allocate
+// without bound. 16 GiB is far above any plane this pipeline handles (a
+// stitched plane is ~190 MB).
+const maxImageBytes int64 = 16 << 30
 
 // maxRatio bounds the decoded/compressed size of one chunk for each
 // compression (PackBits: 2 bytes give at most 128; Deflate: at most ~1032x;
@@ -104,6 +105,9 @@ type file struct {
 	bo    binary.ByteOrder
 	big   bool
 	first int64 // offset of the first IFD
+	// maxImage caps the decoded bytes of one page or tile (maxImageBytes;
+	// the fuzz tests lower it so that corrupt sizes allocate little).
+	maxImage int64
 
 	decoded int64  // image bytes claimed by this read so far (claim)
 	spanned uint64 // chunk bytes claimed by this read so far
@@ -132,7 +136,7 @@ func openTIFF(r io.ReaderAt, size int64) (*file, error) {
 	if err := (&file{r: r, size: size}).readAt(h[:8], 0, "header"); err != nil {
 		return nil, err
 	}
-	f := &file{r: r, size: size}
+	f := &file{r: r, size: size, maxImage: maxImageBytes}
 	switch string(h[:2]) {
 	case "II":
 		f.bo = binary.LittleEndian
@@ -445,8 +449,8 @@ func (f *file) parsePage(d *ifd, index int, layout bool) (*page, error) {
 	}
 	p.bytesPerSample = int64(p.bps / 8)
 	ib, ok := mul3(int64(p.width), int64(p.height), p.bytesPerSample)
-	if !ok || ib > maxImageBytes {
-		return nil, unsupErr("page %d: %dx%d %d-bit image exceeds the %d-byte limit", index, p.width, p.height, p.bps, maxImageBytes)
+	if !ok || ib > f.maxImage {
+		return nil, unsupErr("page %d: %dx%d %d-bit image exceeds the %d-byte limit", index, p.width, p.height, p.bps, f.maxImage)
 	}
 	p.imageBytes = ib
 
@@ -469,8 +473,8 @@ func (f *file) parsePage(d *ifd, index int, layout bool) (*page, error) {
 			return nil, unsupErr("page %d: tile length %d for an image %d long (at most %d)", index, p.chunkH, p.height, lim)
 		}
 		tb, ok := mul3(int64(p.chunkW), int64(p.chunkH), p.bytesPerSample)
-		if !ok || tb > maxImageBytes {
-			return nil, unsupErr("page %d: %dx%d tiles exceed the %d-byte limit", index, p.chunkW, p.chunkH, maxImageBytes)
+		if !ok || tb > f.maxImage {
+			return nil, unsupErr("page %d: %dx%d tiles exceed the %d-byte limit", index, p.chunkW, p.chunkH, f.maxImage)
 		}
 	} else {
 		rps, err := f.scalar(d, tagRowsPerStrip, 1<<32-1, index)

@@ -152,7 +152,7 @@ func TestRoundTripPages(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 3))
 	dir := t.TempDir()
 	for _, big := range []bool{false, true} {
-		forceBigTIFF = big
+		o := writeOptions{bigTIFF: big}
 		var g []*raster.Gray16
 		var f []*raster.Float32
 		for _, sz := range testSizes[:6] {
@@ -160,13 +160,12 @@ func TestRoundTripPages(t *testing.T) {
 			f = append(f, randFloat32(rng, sz[0], sz[1]))
 		}
 		gp, fp := filepath.Join(dir, "g.tif"), filepath.Join(dir, "f.tif")
-		if err := WriteGray16Pages(gp, g); err != nil {
+		if err := writeGray16Pages(gp, g, o); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteFloat32Pages(fp, f); err != nil {
+		if err := writeFloat32Pages(fp, f, o); err != nil {
 			t.Fatal(err)
 		}
-		forceBigTIFF = false
 		gg, err := ReadGray16Pages(gp)
 		if err != nil {
 			t.Fatal(err)

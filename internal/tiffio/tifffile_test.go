@@ -335,10 +335,9 @@ func TestWeWriteTifffileReads(t *testing.T) {
 	}
 	add("stack", "<u2", 4, 163, 211, pix, func(p string) error { return WriteGray16Pages(p, pages) }, false)
 	add("fstack", "<f4", 4, 163, 211, fpix, func(p string) error { return WriteFloat32Pages(p, fpages) }, false)
-	forceBigTIFF = true
-	add("stackbig", "<u2", 4, 163, 211, pix, func(p string) error { return WriteGray16Pages(p, pages) }, true)
-	add("fbig", "<f4", 1, 163, 211, fpages[0].Pix, func(p string) error { return WriteFloat32(p, fpages[0]) }, true)
-	forceBigTIFF = false
+	big := writeOptions{bigTIFF: true}
+	add("stackbig", "<u2", 4, 163, 211, pix, func(p string) error { return writeGray16Pages(p, pages, big) }, true)
+	add("fbig", "<f4", 1, 163, 211, fpages[0].Pix, func(p string) error { return writeFloat32Pages(p, fpages[:1], big) }, true)
 	out := runPython(t, pyVerify, specs...)
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if !strings.HasPrefix(line, "ok ") {

@@ -273,6 +273,15 @@ func WriteFloat32(path string, img *raster.Float32) error {
 
 // WriteGray16Pages writes a multi-page uint16 TIFF, one page per plane.
 func WriteGray16Pages(path string, pages []*raster.Gray16) error {
+	return writeGray16Pages(path, pages, writeOptions{})
+}
+
+// WriteFloat32Pages writes a multi-page float32 TIFF, one page per plane.
+func WriteFloat32Pages(path string, pages []*raster.Float32) error {
+	return writeFloat32Pages(path, pages, writeOptions{})
+}
+
+func writeGray16Pages(path string, pages []*raster.Gray16, o writeOptions) error {
 	out := make([]outPage, len(pages))
 	for i, g := range pages {
 		if g == nil {
@@ -283,11 +292,10 @@ func WriteGray16Pages(path string, pages []*raster.Gray16) error {
 		}
 		out[i] = gray16Page(g.W, g.H, g.Pix)
 	}
-	return writePages(path, out)
+	return writePages(path, out, o)
 }
 
-// WriteFloat32Pages writes a multi-page float32 TIFF, one page per plane.
-func WriteFloat32Pages(path string, pages []*raster.Float32) error {
+func writeFloat32Pages(path string, pages []*raster.Float32, o writeOptions) error {
 	out := make([]outPage, len(pages))
 	for i, g := range pages {
 		if g == nil {
@@ -298,5 +306,5 @@ func WriteFloat32Pages(path string, pages []*raster.Float32) error {
 		}
 		out[i] = float32Page(g.W, g.H, g.Pix)
 	}
-	return writePages(path, out)
+	return writePages(path, out, o)
 }

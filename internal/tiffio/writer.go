@@ -29,8 +29,13 @@ const (
 	filePerm     = 0o666 // under the umask, as creat(2)
 )
 
-// forceBigTIFF makes the writer emit BigTIFF regardless of size (tests).
-var forceBigTIFF = false
+// writeOptions are the writer's settings; the exported writers use the zero
+// value.
+type writeOptions struct {
+	// bigTIFF writes BigTIFF whatever the size (by default a file is classic
+	// TIFF when it fits classicLimit); the tests set it.
+	bigTIFF bool
+}
 
 // pageLayout is the precomputed placement of one page in the output file.
 type pageLayout struct {
@@ -82,12 +87,12 @@ func layout(pages []outPage, big bool) ([]pageLayout, int64) {
 }
 
 // writePages writes pages atomically to path.
-func writePages(path string, pages []outPage) error {
+func writePages(path string, pages []outPage, o writeOptions) error {
 	if len(pages) == 0 {
 		return fmt.Errorf("tiff %s: no pages to write", path)
 	}
 	lay, size := layout(pages, false)
-	big := forceBigTIFF || size > classicLimit
+	big := o.bigTIFF || size > classicLimit
 	if big {
 		lay, _ = layout(pages, true)
 	}

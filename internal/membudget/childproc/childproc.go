@@ -19,15 +19,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/exitcode"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 )
 
 // Serve is the child side. When env is set, it calls run with the
 // comma-separated fields of its value, prints the process's peak resident
 // set (bytes) and the values run returns, one "KEY value" line each, and
-// exits: 0 on success, else cliutil.ExitCode of the error (printed to
+// exits: 0 on success, else exitcode.Of the error (printed to
 // stderr). When env is not set it returns at once.
 func Serve(env string, run func(args []string) (map[string]string, error)) {
 	spec := os.Getenv(env)
@@ -37,7 +37,7 @@ func Serve(env string, run func(args []string) (map[string]string, error)) {
 	vals, err := run(strings.Split(spec, ","))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(cliutil.ExitCode(err))
+		os.Exit(exitcode.Of(err))
 	}
 	fmt.Printf("VMHWM %d\n", membudget.PeakRSS())
 	for k, v := range vals {
