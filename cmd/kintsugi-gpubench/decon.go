@@ -115,79 +115,17 @@ func runDecon(ctx context.Context, f flags) error {
 	}
 	fmt.Printf("decon bench: %d x %d x %d (x,y,z) per channel, %s, engine %s, %d workers\n", df.w, df.h, df.z, df.alg, eng.Name(), f.workers)
 	p := decon.Params{Algorithm: df.alg, Iterations: 25, StopCriterion: 5, HistClip: 0.01}
-	type job struct {
-		name string
-		ch   int
-		k    *psf.Kernel
-	}
-	var jobs []job
-	for c := 1; c <= df.channels; c++ {
-		k, _, err := psf.LightSheet(deconOptics(c))
-		if err != nil {
-			return err
-		}
-		jobs = append(jobs, job{"lightsheet", c, k})
-	}
-	for c := 1; c <= df.wfChannels; c++ {
-		k, _, err := psf.Widefield(deconOptics(c))
-		if err != nil {
-			return err
-		}
-		jobs = append(jobs, job{"widefield", c, k})
+	jobs, err := deconBenchJobs()
+	if err != nil {
+		return err
 	}
 	var sumLS, sumWF float64
 	var nLS, nWF int
 	var lastOut *raster.Stack
 	for _, j := range jobs {
-		t0 := time.Now()
-		st, err := deconStack(ctx, df.z, df.h, df.w, j.k, uint64(j.ch), f.workers)
+		out, dev, err := deconBenchChannel(ctx, eng, f, j, p)
 		if err != nil {
 			return err
-		}
-		gen := time.Since(t0).Seconds()
-		if err := eng.Trim(); err != nil {
-			return err
-		}
-		if err := eng.ResetPeak(); err != nil {
-			return err
-		}
-		t1 := time.Now()
-		din, err := eng.UploadStack(ctx, st)
-		if err != nil {
-			return err
-		}
-		up := time.Since(t1).Seconds()
-		t2 := time.Now()
-		dout, s, err := eng.DeconvolveDevice(ctx, din, j.k, p)
-		if err != nil {
-			eng.FreeStack(din)
-			return fmt.Errorf("%s channel %d: %w", j.name, j.ch, err)
-		}
-		dev := time.Since(t2).Seconds()
-		t3 := time.Now()
-		out, err := eng.DownloadStack(ctx, dout)
-		if err != nil {
-			return err
-		}
-		down := time.Since(t3).Seconds()
-		ms, err := eng.MemInfo()
-		if err != nil {
-			return err
-		}
-		eng.FreeStack(din)
-		eng.FreeStack(dout)
-		fmt.Printf("  %-10s ch %d PSF %-7s (x,y,z): device %.3f s (%d iterations, %.1f ms/iteration incl. pad+percentile+scale; stopped %v, padded %v, windows %d), upload %.2f s, download %.2f s, peak GPU %.1f GiB (pool %.1f GiB), lo/hi %.4g/%.4g, generate %.1f s\n",
-			j.name, j.ch, j.k, dev, s.Iterations, 1000*dev/float64(s.Iterations), s.Stopped, s.Padded, s.Chunks, up, down,
-			gib(ms.DevicePeak), gib(ms.PoolPeak), s.Lo, s.Hi, gen)
-		if j.ch == 1 {
-			// the stage's form: host stack in, uint16 planes out (upload,
-			// device, rounding on the device, download), no TIFF I/O
-			t4 := time.Now()
-			pages, _, err := eng.DeconvolveGray16(ctx, st, j.k, p)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("  %-10s ch %d stage form (host float32 in, uint16 planes out, no TIFF I/O): %.3f s for %d planes\n", j.name, j.ch, time.Since(t4).Seconds(), len(pages))
 		}
 		if j.name == "lightsheet" {
 			sumLS += dev
@@ -206,15 +144,7 @@ func runDecon(ctx context.Context, f flags) error {
 		fmt.Printf("widefield 3D PSF: %.3f s per channel on the device (target <= 5 s)\n", sumWF/float64(nWF))
 	}
 	if df.io && lastOut != nil {
-		dir := filepath.Join(f.dir, "decon-io")
-		os.MkdirAll(dir, 0o755)
-		t0 := time.Now()
-		err := par.ForEach(ctx, lastOut.N, f.workers, func(z int) error {
-			pg := &raster.Gray16{W: lastOut.W, H: lastOut.H, Pix: decon.Quantize(nil, lastOut.Plane(z))}
-			return tiffio.WriteGray16(filepath.Join(dir, fmt.Sprintf("deconv_%03d.tif", z+1)), pg)
-		})
-		fmt.Printf("TIFF write of one channel (%d uint16 planes, incl. rounding): %.2f s (err %v)\n", lastOut.N, time.Since(t0).Seconds(), err)
-		os.RemoveAll(dir)
+		deconBenchWrite(ctx, f, lastOut)
 	}
 	if df.capMB > 0 {
 		if err := deconBenchCap(ctx, eng, f, p); err != nil {
@@ -227,31 +157,139 @@ func runDecon(ctx context.Context, f flags) error {
 		}
 	}
 	if df.crop > 0 {
-		k, _, _ := psf.LightSheet(deconOptics(1))
-		st, err := deconStack(ctx, df.z, df.crop, df.crop, k, 1, f.workers)
-		if err != nil {
-			return err
-		}
-		t0 := time.Now()
-		want, ws, err := decon.CPU{}.Deconvolve(ctx, st, k, p)
-		if err != nil {
-			return err
-		}
-		cpuSec := time.Since(t0).Seconds()
-		got, gs, err := eng.Deconvolver().Deconvolve(ctx, st, k, p)
-		if err != nil {
-			return err
-		}
-		var m, d float64
-		for i := range want.Pix {
-			m = math.Max(m, float64(want.Pix[i]))
-			d = math.Max(d, math.Abs(float64(got.Pix[i]-want.Pix[i])))
-		}
-		perVox := cpuSec / float64(ws.Iterations) / float64(len(st.Pix))
-		fmt.Printf("crop %dx%dx%d: CPU %.2f s (%d iterations, %d cores), GPU %d iterations, max |GPU-CPU| %.3g of %.4g; CPU estimate for a production channel (%d iterations): %.0f s\n",
-			df.crop, df.crop, df.z, cpuSec, ws.Iterations, runtime.GOMAXPROCS(0), gs.Iterations, d, m, ws.Iterations,
-			perVox*float64(ws.Iterations)*float64(df.z)*float64(df.h)*float64(df.w))
+		return deconBenchCrop(ctx, eng, f, p)
 	}
+	return nil
+}
+
+// deconJob is one benchmarked channel: its PSF model and kernel.
+type deconJob struct {
+	name string
+	ch   int
+	k    *psf.Kernel
+}
+
+// deconBenchJobs lists the light-sheet channels, then the widefield ones.
+func deconBenchJobs() ([]deconJob, error) {
+	df := deconFlags
+	var jobs []deconJob
+	for c := 1; c <= df.channels; c++ {
+		k, _, err := psf.LightSheet(deconOptics(c))
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, deconJob{"lightsheet", c, k})
+	}
+	for c := 1; c <= df.wfChannels; c++ {
+		k, _, err := psf.Widefield(deconOptics(c))
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, deconJob{"widefield", c, k})
+	}
+	return jobs, nil
+}
+
+// deconBenchChannel times one channel on the device form (upload,
+// deconvolution, download; and for channel 1 the stage's form) and prints
+// the figures; it returns the result and the device seconds.
+func deconBenchChannel(ctx context.Context, eng *gpu.Engine, f flags, j deconJob, p decon.Params) (*raster.Stack, float64, error) {
+	df := deconFlags
+	t0 := time.Now()
+	st, err := deconStack(ctx, df.z, df.h, df.w, j.k, uint64(j.ch), f.workers)
+	if err != nil {
+		return nil, 0, err
+	}
+	gen := time.Since(t0).Seconds()
+	if err := eng.Trim(); err != nil {
+		return nil, 0, err
+	}
+	if err := eng.ResetPeak(); err != nil {
+		return nil, 0, err
+	}
+	t1 := time.Now()
+	din, err := eng.UploadStack(ctx, st)
+	if err != nil {
+		return nil, 0, err
+	}
+	up := time.Since(t1).Seconds()
+	t2 := time.Now()
+	dout, s, err := eng.DeconvolveDevice(ctx, din, j.k, p)
+	if err != nil {
+		eng.FreeStack(din)
+		return nil, 0, fmt.Errorf("%s channel %d: %w", j.name, j.ch, err)
+	}
+	dev := time.Since(t2).Seconds()
+	t3 := time.Now()
+	out, err := eng.DownloadStack(ctx, dout)
+	if err != nil {
+		return nil, 0, err
+	}
+	down := time.Since(t3).Seconds()
+	ms, err := eng.MemInfo()
+	if err != nil {
+		return nil, 0, err
+	}
+	eng.FreeStack(din)
+	eng.FreeStack(dout)
+	fmt.Printf("  %-10s ch %d PSF %-7s (x,y,z): device %.3f s (%d iterations, %.1f ms/iteration incl. pad+percentile+scale; stopped %v, padded %v, windows %d), upload %.2f s, download %.2f s, peak GPU %.1f GiB (pool %.1f GiB), lo/hi %.4g/%.4g, generate %.1f s\n",
+		j.name, j.ch, j.k, dev, s.Iterations, 1000*dev/float64(s.Iterations), s.Stopped, s.Padded, s.Chunks, up, down,
+		gib(ms.DevicePeak), gib(ms.PoolPeak), s.Lo, s.Hi, gen)
+	if j.ch == 1 {
+		// the stage's form: host stack in, uint16 planes out (upload,
+		// device, rounding on the device, download), no TIFF I/O
+		t4 := time.Now()
+		pages, _, err := eng.DeconvolveGray16(ctx, st, j.k, p)
+		if err != nil {
+			return nil, 0, err
+		}
+		fmt.Printf("  %-10s ch %d stage form (host float32 in, uint16 planes out, no TIFF I/O): %.3f s for %d planes\n", j.name, j.ch, time.Since(t4).Seconds(), len(pages))
+	}
+	return out, dev, nil
+}
+
+// deconBenchWrite times the TIFF write of one channel's result (rounded
+// to uint16) into a scratch directory under f.dir.
+func deconBenchWrite(ctx context.Context, f flags, out *raster.Stack) {
+	dir := filepath.Join(f.dir, "decon-io")
+	os.MkdirAll(dir, 0o755)
+	t0 := time.Now()
+	err := par.ForEach(ctx, out.N, f.workers, func(z int) error {
+		pg := &raster.Gray16{W: out.W, H: out.H, Pix: decon.Quantize(nil, out.Plane(z))}
+		return tiffio.WriteGray16(filepath.Join(dir, fmt.Sprintf("deconv_%03d.tif", z+1)), pg)
+	})
+	fmt.Printf("TIFF write of one channel (%d uint16 planes, incl. rounding): %.2f s (err %v)\n", out.N, time.Since(t0).Seconds(), err)
+	os.RemoveAll(dir)
+}
+
+// deconBenchCrop compares the GPU with the CPU on a crop of -decon-crop px
+// and extrapolates the CPU's time to a production channel.
+func deconBenchCrop(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params) error {
+	df := deconFlags
+	k, _, _ := psf.LightSheet(deconOptics(1))
+	st, err := deconStack(ctx, df.z, df.crop, df.crop, k, 1, f.workers)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	want, ws, err := decon.CPU{}.Deconvolve(ctx, st, k, p)
+	if err != nil {
+		return err
+	}
+	cpuSec := time.Since(t0).Seconds()
+	got, gs, err := eng.Deconvolver().Deconvolve(ctx, st, k, p)
+	if err != nil {
+		return err
+	}
+	var m, d float64
+	for i := range want.Pix {
+		m = math.Max(m, float64(want.Pix[i]))
+		d = math.Max(d, math.Abs(float64(got.Pix[i]-want.Pix[i])))
+	}
+	perVox := cpuSec / float64(ws.Iterations) / float64(len(st.Pix))
+	fmt.Printf("crop %dx%dx%d: CPU %.2f s (%d iterations, %d cores), GPU %d iterations, max |GPU-CPU| %.3g of %.4g; CPU estimate for a production channel (%d iterations): %.0f s\n",
+		df.crop, df.crop, df.z, cpuSec, ws.Iterations, runtime.GOMAXPROCS(0), gs.Iterations, d, m, ws.Iterations,
+		perVox*float64(ws.Iterations)*float64(df.z)*float64(df.h)*float64(df.w))
 	return nil
 }
 
@@ -450,7 +488,7 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 	peakErr := membudget.ResetPeak()
 	fmt.Printf("decon stage: host memory budget %s (%s); resident with the engine open %s\n", membudget.Format(budget), src, membudget.Format(rssOpen))
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	res, err := deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: 1, Engine: deconstage.NewGPUEngine(eng), Workers: f.workers,
+	res, err := deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers,
 		Logger: lg, MemBudget: budget, MemBudgetSource: src})
 	if err != nil {
 		return fmt.Errorf("decon stage: %w", err)

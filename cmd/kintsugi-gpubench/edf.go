@@ -151,107 +151,132 @@ func runEDF(ctx context.Context, f flags) error {
 	printPeakGPU(ms)
 
 	if edfFlags.wavelet {
-		pw := p
-		pw.Method = edf.MethodWavelet
-		if err := eng.ResetPeak(); err != nil {
+		if err := edfBenchWavelet(ctx, eng, planes, g, p); err != nil {
 			return err
 		}
-		for rep := 0; rep < 2; rep++ {
-			_, tm, err := eng.EDFTimed(ctx, planes, g, pw, true)
-			if err != nil {
-				return fmt.Errorf("wavelet: %w", err)
-			}
-			fmt.Printf("wavelet method (%d levels), last channel, run %d: upload %.3f s, gate %.3f s, processing %.3f s, download %.3f s\n",
-				edf.AutoLevels(w, h), rep+1, tm.Upload, tm.Gate, tm.Fuse, tm.Download)
-		}
-		if ms, err := eng.MemInfo(); err == nil {
-			fmt.Printf("wavelet peak GPU memory: %.2f GiB on the device\n", gib(ms.DevicePeak))
-		}
 	}
-
 	if edfFlags.crop > 0 {
-		c := min(edfFlags.crop, h, w)
-		crop := make([]*raster.Gray16, len(planes))
-		for k, pl := range planes {
-			cp := raster.NewGray16(c, c)
-			for y := range c {
-				copy(cp.Pix[y*c:(y+1)*c], pl.Pix[(h/2+y)*w+w/2:][:c])
-			}
-			crop[k] = cp
-		}
-		tc := time.Now()
-		want, err := edf.CPU{Workers: f.workers}.EDF(ctx, crop, g, p)
-		if err != nil {
+		if err := edfBenchCrop(ctx, eng, f, planes, g, p); err != nil {
 			return err
 		}
-		cpuS := time.Since(tc).Seconds()
-		got, err := eng.EDF(ctx, crop, g, p)
-		if err != nil {
-			return err
-		}
-		diffIdx, worst := 0, 0
-		for i := range want.Index {
-			if got.Index[i] != want.Index[i] {
-				diffIdx++
-			}
-			worst = max(worst, int(math.Abs(float64(got.Out.Pix[i])-float64(want.Out.Pix[i]))))
-		}
-		fmt.Printf("CPU reference on a %d x %d crop (%.2f s): GPU index map differs at %d of %d pixels, output by up to %d counts\n",
-			c, c, cpuS, diffIdx, c*c, worst)
-		pw := p
-		pw.Method = edf.MethodWavelet
-		wantW, err := edf.CPU{Workers: f.workers}.EDF(ctx, crop, g, pw)
-		if err != nil {
-			return err
-		}
-		gotW, err := eng.EDF(ctx, crop, g, pw)
-		if err != nil {
-			return err
-		}
-		diffIdx, worst = 0, 0
-		for i := range wantW.Index {
-			if gotW.Index[i] != wantW.Index[i] {
-				diffIdx++
-			}
-			worst = max(worst, int(math.Abs(float64(gotW.Out.Pix[i])-float64(wantW.Out.Pix[i]))))
-		}
-		fmt.Printf("wavelet on the crop: GPU height map differs at %d of %d pixels, output by up to %d counts\n", diffIdx, c*c, worst)
 	}
-
 	if edfFlags.io {
-		dir := filepath.Join(f.dir, "edf-io")
-		os.RemoveAll(dir)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		files := make([]string, len(planes))
-		for k := range files {
-			files[k] = filepath.Join(dir, fmt.Sprintf("deconv_%03d.tif", k+1))
-		}
-		tw := time.Now()
-		if err := par.ForEach(ctx, len(planes), f.workers, func(k int) error { return tiffio.WriteGray16(files[k], planes[k]) }); err != nil {
-			return err
-		}
-		wS := time.Since(tw).Seconds()
-		tr := time.Now()
-		back, err := edfstage.ReadPlanes(ctx, files, f.workers)
-		if err != nil {
-			return err
-		}
-		rS := time.Since(tr).Seconds()
-		res, err := eng.EDF(ctx, back, g, p)
-		if err != nil {
-			return err
-		}
-		to := time.Now()
-		if err := tiffio.WriteGray16(filepath.Join(dir, "out.tif"), res.Out); err != nil {
-			return err
-		}
-		oS := time.Since(to).Seconds()
-		fmt.Printf("TIFF I/O of one channel (%d workers, page cache warm): write %d planes %.2f s (%.2f GB/s), read %.2f s (%.2f GB/s), write the EDF plane %.2f s\n",
-			f.workers, len(planes), wS, gb/wS, rS, gb/rS, oS)
+		return edfBenchIO(ctx, eng, f, planes, g, p, gb)
 	}
+	return nil
+}
+
+// edfBenchWavelet times the wavelet method twice on the last channel's
+// planes and prints its peak GPU memory.
+func edfBenchWavelet(ctx context.Context, eng *gpu.Engine, planes []*raster.Gray16, g edf.Gate, p edf.Params) error {
+	pw := p
+	pw.Method = edf.MethodWavelet
+	if err := eng.ResetPeak(); err != nil {
+		return err
+	}
+	for rep := 0; rep < 2; rep++ {
+		_, tm, err := eng.EDFTimed(ctx, planes, g, pw, true)
+		if err != nil {
+			return fmt.Errorf("wavelet: %w", err)
+		}
+		fmt.Printf("wavelet method (%d levels), last channel, run %d: upload %.3f s, gate %.3f s, processing %.3f s, download %.3f s\n",
+			edf.AutoLevels(edfFlags.w, edfFlags.h), rep+1, tm.Upload, tm.Gate, tm.Fuse, tm.Download)
+	}
+	if ms, err := eng.MemInfo(); err == nil {
+		fmt.Printf("wavelet peak GPU memory: %.2f GiB on the device\n", gib(ms.DevicePeak))
+	}
+	return nil
+}
+
+// edfBenchCrop compares the GPU with the CPU reference, both methods, on
+// a centred crop of -edf-crop px of the last channel.
+func edfBenchCrop(ctx context.Context, eng *gpu.Engine, f flags, planes []*raster.Gray16, g edf.Gate, p edf.Params) error {
+	h, w := edfFlags.h, edfFlags.w
+	c := min(edfFlags.crop, h, w)
+	crop := make([]*raster.Gray16, len(planes))
+	for k, pl := range planes {
+		cp := raster.NewGray16(c, c)
+		for y := range c {
+			copy(cp.Pix[y*c:(y+1)*c], pl.Pix[(h/2+y)*w+w/2:][:c])
+		}
+		crop[k] = cp
+	}
+	tc := time.Now()
+	want, err := edf.CPU{Workers: f.workers}.EDF(ctx, crop, g, p)
+	if err != nil {
+		return err
+	}
+	cpuS := time.Since(tc).Seconds()
+	got, err := eng.EDF(ctx, crop, g, p)
+	if err != nil {
+		return err
+	}
+	diffIdx, worst := edfDiff(want, got)
+	fmt.Printf("CPU reference on a %d x %d crop (%.2f s): GPU index map differs at %d of %d pixels, output by up to %d counts\n",
+		c, c, cpuS, diffIdx, c*c, worst)
+	pw := p
+	pw.Method = edf.MethodWavelet
+	wantW, err := edf.CPU{Workers: f.workers}.EDF(ctx, crop, g, pw)
+	if err != nil {
+		return err
+	}
+	gotW, err := eng.EDF(ctx, crop, g, pw)
+	if err != nil {
+		return err
+	}
+	diffIdx, worst = edfDiff(wantW, gotW)
+	fmt.Printf("wavelet on the crop: GPU height map differs at %d of %d pixels, output by up to %d counts\n", diffIdx, c*c, worst)
+	return nil
+}
+
+// edfDiff counts the pixels whose index differs between two results and
+// the largest output difference, counts.
+func edfDiff(want, got *edf.Result) (diffIdx, worst int) {
+	for i := range want.Index {
+		if got.Index[i] != want.Index[i] {
+			diffIdx++
+		}
+		worst = max(worst, int(math.Abs(float64(got.Out.Pix[i])-float64(want.Out.Pix[i]))))
+	}
+	return diffIdx, worst
+}
+
+// edfBenchIO times the TIFF I/O of one channel (gb GB of planes) as the
+// stage does it: its planes written, read back, fused and the EDF plane
+// written.
+func edfBenchIO(ctx context.Context, eng *gpu.Engine, f flags, planes []*raster.Gray16, g edf.Gate, p edf.Params, gb float64) error {
+	dir := filepath.Join(f.dir, "edf-io")
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	files := make([]string, len(planes))
+	for k := range files {
+		files[k] = filepath.Join(dir, fmt.Sprintf("deconv_%03d.tif", k+1))
+	}
+	tw := time.Now()
+	if err := par.ForEach(ctx, len(planes), f.workers, func(k int) error { return tiffio.WriteGray16(files[k], planes[k]) }); err != nil {
+		return err
+	}
+	wS := time.Since(tw).Seconds()
+	tr := time.Now()
+	back, err := edfstage.ReadPlanes(ctx, files, f.workers)
+	if err != nil {
+		return err
+	}
+	rS := time.Since(tr).Seconds()
+	res, err := eng.EDF(ctx, back, g, p)
+	if err != nil {
+		return err
+	}
+	to := time.Now()
+	if err := tiffio.WriteGray16(filepath.Join(dir, "out.tif"), res.Out); err != nil {
+		return err
+	}
+	oS := time.Since(to).Seconds()
+	fmt.Printf("TIFF I/O of one channel (%d workers, page cache warm): write %d planes %.2f s (%.2f GB/s), read %.2f s (%.2f GB/s), write the EDF plane %.2f s\n",
+		f.workers, len(planes), wS, gb/wS, rS, gb/rS, oS)
 	return nil
 }
 
@@ -315,7 +340,7 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 	debug.FreeOSMemory()
 	peakErr := membudget.ResetPeak()
 	t0 := time.Now()
-	res, err := edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: 1, Fuser: eng, Workers: f.workers,
+	res, err := edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers,
 		MemBudget: budget, MemBudgetSource: src})
 	if err != nil {
 		return err

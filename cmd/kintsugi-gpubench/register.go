@@ -231,45 +231,68 @@ func runRegister(ctx context.Context, f flags) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		tg := time.Now()
-		imgs, tr, err := sc.RenderCycle(ctx, c)
+		rms, err := regBenchCycle(ctx, f, sc, tb, R, p, c, proj, &gen, &total)
 		if err != nil {
 			return err
 		}
-		imgs = moreChannels(ctx, imgs, rf.channels, f.workers)
-		gen += time.Since(tg)
-		if proj != nil {
-			if err := proj.write(ctx, c, imgs, f.workers); err != nil {
-				return err
-			}
-		}
-		ts := time.Now()
-		res, err := register.Register(ctx, tb, R, imgs[0], p)
-		if err != nil {
-			return fmt.Errorf("cycle %d: %w", c, err)
-		}
-		treg := time.Since(ts)
-		tw := time.Now()
-		warped, err := tb.Warp(ctx, imgs, &res.Mapping, rf.h, rf.w)
-		if err != nil {
-			return fmt.Errorf("cycle %d: warp: %w", c, err)
-		}
-		twarp := time.Since(tw)
-		total += time.Since(ts)
-		_ = warped
-		rig, fin := accuracy.ScoreRegistration(sc, tr, res)
-		worst = math.Max(worst, fin.RMSAfter)
-		m := res.Metrics
-		fmt.Printf("%5d  %9.3f  %8.3f  (%7.1f, %7.1f)  %10.2f  %9.3f  %9.3f  %9.3f  %.3f -> %.3f -> %.3f    %7.3f  %5d/%-5d  %7.2f s  %7.2f s\n",
-			c, tr.ThetaDeg, m.RotationDeg, tr.TY, tr.TX, fin.RMSBefore, rig.RMSAfter, fin.RMSAfter, fin.MaxAfter,
-			m.NCCBefore, m.NCCRigid, m.NCCFinal, m.JacobianMin, m.NRBlocksUsed, m.NRBlocks, treg.Seconds(), twarp.Seconds())
+		worst = math.Max(worst, rms)
 	}
 	ms, err := eng.MemInfo()
 	if err != nil {
 		return err
 	}
+	printRegSteps(tb, rf.cycles-1, total, gen)
+	printPeakGPU(ms)
+	fmt.Printf("worst per-cycle RMS error of the mapping over tissue: %.3f px (bound 0.5 px)\n", worst)
+	if proj == nil {
+		return nil
+	}
+	fmt.Printf("\nproject written for the stage run: %.1f GB of EDF TIFFs in %.1f s (%s)\n", float64(proj.nBytes)/1e9, proj.wrote.Seconds(), f.dir)
+	return runRegStage(ctx, f, eng, proj)
+}
+
+// regBenchCycle renders cycle c (written into proj when set), registers it
+// on R, warps every channel and prints its row; gen and total gather the
+// generation and the registration + warp times. It returns the final RMS
+// error of the mapping over tissue, px.
+func regBenchCycle(ctx context.Context, f flags, sc *synth.RegScene, tb *timedBackend, R *register.Reference, p register.Params,
+	c int, proj *regProject, gen, total *time.Duration) (float64, error) {
+	rf := regFlags
+	tg := time.Now()
+	imgs, tr, err := sc.RenderCycle(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	imgs = moreChannels(ctx, imgs, rf.channels, f.workers)
+	*gen += time.Since(tg)
+	if proj != nil {
+		if err := proj.write(ctx, c, imgs, f.workers); err != nil {
+			return 0, err
+		}
+	}
+	ts := time.Now()
+	res, err := register.Register(ctx, tb, R, imgs[0], p)
+	if err != nil {
+		return 0, fmt.Errorf("cycle %d: %w", c, err)
+	}
+	treg := time.Since(ts)
+	tw := time.Now()
+	if _, err := tb.Warp(ctx, imgs, &res.Mapping, rf.h, rf.w); err != nil {
+		return 0, fmt.Errorf("cycle %d: warp: %w", c, err)
+	}
+	twarp := time.Since(tw)
+	*total += time.Since(ts)
+	rig, fin := accuracy.ScoreRegistration(sc, tr, res)
+	m := res.Metrics
+	fmt.Printf("%5d  %9.3f  %8.3f  (%7.1f, %7.1f)  %10.2f  %9.3f  %9.3f  %9.3f  %.3f -> %.3f -> %.3f    %7.3f  %5d/%-5d  %7.2f s  %7.2f s\n",
+		c, tr.ThetaDeg, m.RotationDeg, tr.TY, tr.TX, fin.RMSBefore, rig.RMSAfter, fin.RMSAfter, fin.MaxAfter,
+		m.NCCBefore, m.NCCRigid, m.NCCFinal, m.JacobianMin, m.NRBlocksUsed, m.NRBlocks, treg.Seconds(), twarp.Seconds())
+	return fin.RMSAfter, nil
+}
+
+// printRegSteps prints the time per step over n registered cycles.
+func printRegSteps(tb *timedBackend, n int, total, gen time.Duration) {
 	host := total - tb.down - tb.blocks - tb.warp
-	n := rf.cycles - 1
 	fmt.Println()
 	fmt.Printf("step                                        time      per cycle\n")
 	fmt.Printf("downsampling (%d calls, uploads incl.)       %7.2f s  %6.3f s\n", tb.nDown, tb.down.Seconds(), tb.down.Seconds()/float64(n))
@@ -279,13 +302,6 @@ func runRegister(ctx context.Context, f flags) error {
 	fmt.Printf("TOTAL, %d cycles registered + %d images warped, TIFF I/O excluded: %.2f s (target <= 30 s; original 67.9 min on a B200)\n",
 		n, tb.nWarps, total.Seconds())
 	fmt.Printf("data generation (not timed above): %.1f s\n", gen.Seconds())
-	printPeakGPU(ms)
-	fmt.Printf("worst per-cycle RMS error of the mapping over tissue: %.3f px (bound 0.5 px)\n", worst)
-	if proj == nil {
-		return nil
-	}
-	fmt.Printf("\nproject written for the stage run: %.1f GB of EDF TIFFs in %.1f s (%s)\n", float64(proj.nBytes)/1e9, proj.wrote.Seconds(), f.dir)
-	return runRegStage(ctx, f, eng, proj)
 }
 
 // runRegStage runs the registration stage on the project's EDF outputs
@@ -318,7 +334,7 @@ func runRegStage(ctx context.Context, f flags, eng *gpu.Engine, proj *regProject
 		membudget.Format(budget), budgetSrc, membudget.Format(rssStart))
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t1 := time.Now()
-	res, err := regstage.Run(ctx, regstage.Options{Config: proj.cfg, Backend: eng.Registrar(), Workers: f.workers, Logger: lg, Device: "gpu",
+	res, err := regstage.Run(ctx, regstage.Options{Config: proj.cfg, Engine: eng.Registrar(), Workers: f.workers, Logger: lg,
 		MemBudget: budget, MemBudgetSource: budgetSrc})
 	if err != nil {
 		return fmt.Errorf("registration stage: %w", err)

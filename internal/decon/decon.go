@@ -129,6 +129,25 @@ type Deconvolver interface {
 	Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p Params) (*raster.Stack, Stats, error)
 }
 
+// DeviceStack is a float32 (z, y, x) stack held in an engine's device
+// memory, filled and read back one uint16 plane (counts, H x W) at a time,
+// so that a stage's host holds the planes in flight, not the stack. The
+// CUDA engine makes them (internal/gpu: DeconDeviceStack) and deconvolves
+// them on the card (DeconvolveDeviceStack); deconstage finds that form by
+// interface assertion (deconstage.PlaneEngine).
+type DeviceStack interface {
+	// Dims returns the stack's size (z, y, x).
+	Dims() (n, h, w int)
+	// PutGray16 copies pg into plane z as float32 (exact); it returns when
+	// pg may be reused.
+	PutGray16(ctx context.Context, z int, pg *raster.Gray16) error
+	// GetGray16 rounds plane z to uint16 as Quantize does and copies it
+	// into dst.
+	GetGray16(ctx context.Context, z int, dst *raster.Gray16) error
+	// Free gives the device memory back; a second Free does nothing.
+	Free()
+}
+
 // ErrInput marks errors caused by the input data (all-zero stack, bad
 // sizes); the stage maps them to the usage exit code.
 var ErrInput = errors.New("decon: bad input")

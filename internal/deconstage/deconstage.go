@@ -15,6 +15,23 @@
 // plane, no stitch sentinel, missing or non-physical optics keys, an
 // all-zero channel) is an error wrapping ErrInput that names the file or
 // key, found before anything is written.
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: Engine, with Gray16Engine and PlaneEngine (the
+// device-buffer form: decon.DeviceStack, planes.go) found by assertion;
+// CPUEngine the reference; memory.go (cpuEngineMemory, newMemModel,
+// choose); Run in steps (newCycleRun, planMemory, channel, runStack,
+// finish).
 package deconstage
 
 import (
@@ -45,7 +62,10 @@ import (
 // it is staging.ErrInput, shared by every stage.
 var ErrInput = staging.ErrInput
 
-// Engine is a device that deconvolves stacks.
+// Engine is a device that deconvolves stacks. The CUDA engine
+// (*gpu.Engine) satisfies it and its two richer forms below, found by
+// interface assertion; an engine may also report its host memory
+// (membudget.MemoryReporter, see memory.go).
 type Engine interface {
 	decon.Deconvolver
 	Name() string
@@ -60,6 +80,20 @@ type Gray16Engine interface {
 	DeconvolveGray16(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params) ([]*raster.Gray16, decon.Stats, error)
 }
 
+// PlaneEngine is an Engine with the device-buffer form (the GPU): a
+// channel's planes go to a device stack as they are read, are
+// deconvolved there and come back one rounded plane at a time, so the
+// host holds the planes in flight, not the stack (runPlanes). DeconStreams
+// says, before any work, whether a stack would instead stream its iterates
+// through pinned host memory (then the stage hands it a host stack) and
+// how many bytes that pins.
+type PlaneEngine interface {
+	Engine
+	DeconStreams(ctx context.Context, n, h, w int, k *psf.Kernel, p decon.Params) (streamed bool, pinned int64, err error)
+	DeconDeviceStack(ctx context.Context, n, h, w int) (decon.DeviceStack, error)
+	DeconvolveDeviceStack(ctx context.Context, in decon.DeviceStack, k *psf.Kernel, p decon.Params) (decon.DeviceStack, decon.Stats, error)
+}
+
 // CPUEngine is the reference engine (decon.CPU on Workers goroutines).
 type CPUEngine struct {
 	decon.CPU
@@ -71,6 +105,14 @@ func (c CPUEngine) Name() string { return fmt.Sprintf("cpu (%d workers)", c.Work
 
 // Close does nothing.
 func (CPUEngine) Close() error { return nil }
+
+// EngineMemory reports the CPU engine's host memory to the memory model.
+func (CPUEngine) EngineMemory() membudget.EngineMemory { return cpuEngineMemory }
+
+// onHost reports whether eng keeps its data in host memory (the CPU
+// engine, or any engine that reports nothing): its windows then default to
+// DefaultCPUBudget and shrink under the memory budget.
+func onHost(eng Engine) bool { return !membudget.EngineMemoryOf(eng, cpuEngineMemory).OnDevice }
 
 // DefaultCPUBudget bounds the CPU's per-window temporaries (5 float32
 // arrays of a window): 2 GiB keeps a production channel (12676 x 7493 x 20)
@@ -84,8 +126,6 @@ type Options struct {
 	Engine  Engine
 	Workers int
 	Logger  *slog.Logger
-	// CPU marks the CPU engine (its window budget defaults to DefaultCPUBudget).
-	CPU bool
 	// MemBudget is the host memory (resident set, bytes) the stage may use
 	// (cliutil.MemBudget: --mem-budget, SLURM, cgroup, physical memory):
 	// the stage sizes its read-ahead, write-behind and (CPU) windows from
@@ -365,8 +405,9 @@ func ToPages(st *raster.Stack) []*raster.Gray16 {
 }
 
 // settings returns the parameters and the PSF for channel ch from the
-// config (a bad setting wraps ErrInput), with the worker count and, on the
-// CPU (cpu), DefaultCPUBudget unless the config sets a budget.
+// config (a bad setting wraps ErrInput), with the worker count and, for an
+// engine on the host (cpu: onHost), DefaultCPUBudget unless the config sets
+// a budget.
 func settings(cfg *config.Config, ch int, cpu bool, workers int) (decon.Params, *psf.Kernel, psf.Info, error) {
 	p, err := Params(cfg)
 	if err != nil {
@@ -393,8 +434,8 @@ func algInput(err error) error {
 }
 
 // Deconvolve runs one stack with the config's settings for channel ch.
-func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st *raster.Stack, cpu bool, workers int) (*raster.Stack, decon.Stats, *psf.Kernel, psf.Info, error) {
-	p, k, info, err := settings(cfg, ch, cpu, workers)
+func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st *raster.Stack, workers int) (*raster.Stack, decon.Stats, *psf.Kernel, psf.Info, error) {
+	p, k, info, err := settings(cfg, ch, onHost(eng), workers)
 	if err != nil {
 		return nil, decon.Stats{}, nil, info, err
 	}
@@ -454,14 +495,86 @@ func readPlane(path string, w, h int) (*raster.Gray16, error) {
 	return img, nil
 }
 
-// Run deconvolves one cycle.
+// Run deconvolves one cycle: every check and the memory plan before any
+// output (newCycleRun, planMemory), then the channels one after the other
+// with read-ahead and write-behind (channel), then DECONV_parameters.txt,
+// the sentinel and the commit (finish).
 func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
-	cfg, lg := o.Config, o.Logger
-	if lg == nil {
-		lg = slog.Default()
+	r, err := newCycleRun(ctx, o)
+	if err != nil {
+		return nil, err
 	}
-	workers := max(1, o.Workers)
+	mm, err := r.planMemory()
+	if err != nil {
+		return nil, err
+	}
+	defer membudget.SetGoLimit(mm.goLimit())()
+	stage, err := staging.NewContext(ctx, r.res.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer stage.Abort()
+	r.stageDir = stage.Path
+	cfg := r.cfg
+	r.lg.Info("deconvolving cycle", "cycle", o.Cycle, "channels", cfg.Channels, "engine", o.Engine.Name(), "workers", r.workers,
+		"psf_model", psfModel(cfg), "psf_file", cfg.PSFFilePath(), "algorithm", cfg.Decon.Algorithm, "iterations", cfg.Decon.Iterations)
+
+	// Goroutines of read-ahead and write-behind end before Run returns
+	// (the staging directory is removed on failure only after them).
+	ctx, cancel := context.WithCancel(ctx)
+	defer r.wg.Wait()
+	defer cancel()
+	r.res.Channels = make([]Channel, len(r.jobs))
+	for i := range r.jobs {
+		if err := r.channel(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.waitBehind(); err != nil {
+		return nil, err
+	}
+	r.res.Seconds = time.Since(start).Seconds()
+	if err := r.finish(stage.Path); err != nil {
+		return nil, err
+	}
+	if err := stage.Commit(); err != nil {
+		return nil, err
+	}
+	r.lg.Info("cycle deconvolved", "cycle", o.Cycle, "dir", r.res.Dir, "seconds", fmt.Sprintf("%.1f", r.res.Seconds))
+	return r.res, nil
+}
+
+// cycleRun is one Run's state, step to step.
+type cycleRun struct {
+	o       Options
+	cfg     *config.Config
+	lg      *slog.Logger
+	workers int
+	cpu     bool        // the engine works on the host (onHost)
+	pe      PlaneEngine // the engine's device-buffer form; nil: none
+	jobs    []*job
+	chans   []chanMem
+	modes   []mode
+	plan    memPlan
+	io      int // goroutines reading (and writing from the device) planes
+	res     *Result
+
+	stageDir string
+	wg       sync.WaitGroup
+	ahead    chan input // the next channel, read ahead
+	behind   chan error // the previous channel, written behind
+}
+
+// newCycleRun checks the input (stitch sentinel, settings, every
+// channel's planes) and makes each channel's job; on an engine with the
+// device-buffer form it asks which form each channel takes.
+func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
+	r := &cycleRun{o: o, cfg: o.Config, lg: o.Logger, workers: max(1, o.Workers), cpu: onHost(o.Engine)}
+	if r.lg == nil {
+		r.lg = slog.Default()
+	}
+	cfg := r.cfg
 	in := InputDir(cfg.ProjectDir, o.Cycle)
 	if err := staging.RequireSentinel(in, o.Cycle, "stitch"); err != nil {
 		return nil, err
@@ -473,12 +586,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if _, err := Params(cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	gpuEng, _ := o.Engine.(*GPUEngine)
-	jobs := make([]*job, len(cfg.Channels))
-	chans := make([]chanMem, len(cfg.Channels))
-	modes := make([]mode, len(cfg.Channels))
+	r.pe, _ = o.Engine.(PlaneEngine)
+	r.jobs = make([]*job, len(cfg.Channels))
+	r.chans = make([]chanMem, len(cfg.Channels))
+	r.modes = make([]mode, len(cfg.Channels))
 	for i, ch := range cfg.Channels {
-		p, k, info, err := settings(cfg, ch, o.CPU, workers)
+		p, k, info, err := settings(cfg, ch, r.cpu, r.workers)
 		if err != nil {
 			return nil, err
 		}
@@ -487,200 +600,202 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		j := &job{ch: ch, paths: paths, w: w, h: h, p: p, k: k, info: info}
-		chans[i] = newChanMem(len(paths), h, w, k, p)
-		if gpuEng != nil {
-			streamed, pinned, err := gpuEng.e.DeconStreams(ctx, len(paths), h, w, k, p)
+		r.chans[i] = newChanMem(len(paths), h, w, k, p)
+		if r.pe != nil {
+			streamed, pinned, err := r.pe.DeconStreams(ctx, len(paths), h, w, k, p)
 			if err != nil {
 				return nil, fmt.Errorf("channel %d: %w", ch, algInput(err))
 			}
-			chans[i].Streamed, chans[i].Pinned = streamed, pinned
+			r.chans[i].Streamed, r.chans[i].Pinned = streamed, pinned
 			if !streamed {
 				j.mode = modePlane
 			}
 		}
-		jobs[i], modes[i] = j, j.mode
+		r.jobs[i], r.modes[i] = j, j.mode
 	}
-	// The memory plan, before any output: a budget below the smallest
-	// working set is refused here.
-	mm := newMemModel(gpuEng != nil, o.CPU, modes, chans, workers, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	return r, nil
+}
+
+// planMemory chooses the memory plan, before any output (a budget below
+// the smallest working set is refused here), applies it and logs it.
+func (r *cycleRun) planMemory() (memModel, error) {
+	o := r.o
+	mm := newMemModel(membudget.EngineMemoryOf(o.Engine, cpuEngineMemory), r.cpu, r.modes, r.chans, r.workers, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
 	plan, err := mm.choose()
 	if err != nil {
-		return nil, err
+		return mm, err
 	}
 	if o.plan != nil {
 		plan = *o.plan
 	}
-	defer membudget.SetGoLimit(mm.goLimit())()
-	if o.CPU && plan.Window > 0 {
-		for _, j := range jobs {
+	if r.cpu && plan.Window > 0 {
+		for _, j := range r.jobs {
 			j.p.MemoryBudget = min(j.p.MemoryBudget, plan.Window)
 		}
 	}
-	res := &Result{Dir: OutDir(cfg.ProjectDir, o.Cycle), ChannelsInFlight: 1 + plan.Ahead + plan.Behind, PlannedBytes: mm.need(plan)}
+	r.plan, r.io = plan, plan.IO
+	res := &Result{Dir: OutDir(r.cfg.ProjectDir, o.Cycle), ChannelsInFlight: 1 + plan.Ahead + plan.Behind, PlannedBytes: mm.need(plan)}
+	r.res = res
 	res.Plan = fmt.Sprintf("channels_in_flight=%d read_ahead=%d write_behind=%d planes_in_flight=%d planned=%s fixed=%s pinned=%s go_limit=%s budget=%s",
 		res.ChannelsInFlight, plan.Ahead, plan.Behind, plan.IO, membudget.Format(res.PlannedBytes), membudget.Format(mm.fixed),
 		membudget.Format(mm.pinned()), membudget.Format(mm.goLimit()), membudget.Describe(o.MemBudget, o.MemBudgetSource))
 	attrs := []any{"cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
 		"channels_in_flight", res.ChannelsInFlight, "read_ahead", plan.Ahead, "write_behind", plan.Behind, "planes_in_flight", plan.IO,
 		"planned", membudget.Format(res.PlannedBytes), "fixed", membudget.Format(mm.fixed), "go_limit", membudget.Format(mm.goLimit()),
-		"channel_uint16", membudget.Format(chans[0].u())}
+		"channel_uint16", membudget.Format(r.chans[0].u())}
 	switch {
-	case modes[0] == modePlane:
+	case r.modes[0] == modePlane:
 		attrs = append(attrs, "host_form", "planes to and from the device")
-	case chans[0].Streamed:
+	case r.chans[0].Streamed:
 		attrs = append(attrs, "host_form", "float32 stack, iterates streamed through pinned host memory", "pinned", membudget.Format(mm.pinned()))
 	default:
-		attrs = append(attrs, "host_form", "float32 stack", "padded_array", membudget.Format(chans[0].p()))
-		if o.CPU {
+		attrs = append(attrs, "host_form", "float32 stack", "padded_array", membudget.Format(r.chans[0].p()))
+		if r.cpu {
 			attrs = append(attrs, "cpu_window_budget", membudget.Format(plan.Window))
 		}
 	}
-	if o.CPU {
+	if r.cpu {
 		res.Plan += " cpu_window_budget=" + membudget.Format(plan.Window)
 	}
-	lg.Info("memory plan", attrs...)
-	io := plan.IO // goroutines reading (and writing from the device) planes
+	r.lg.Info("memory plan", attrs...)
+	return mm, nil
+}
 
-	final := res.Dir
-	stage, err := staging.NewContext(ctx, final)
+// waitBehind waits for the previous channel's write-behind, if any.
+func (r *cycleRun) waitBehind() error {
+	if r.behind == nil {
+		return nil
+	}
+	err := <-r.behind
+	r.behind = nil
+	return err
+}
+
+func (r *cycleRun) logChannel(c Channel) {
+	s := c.Stats
+	r.lg.Info("channel deconvolved", "cycle", r.o.Cycle, "channel", c.Channel, "planes", c.Planes, "size", fmt.Sprintf("%dx%d", c.W, c.H),
+		"psf", c.PSF+" (x,y,z)", "iterations", s.Iterations, "stopped", s.Stopped, "chunks", s.Chunks, "streamed", s.Streamed,
+		"lo", s.Lo, "hi", s.Hi, "raw_max", s.RawMax, "decon_s", fmt.Sprintf("%.2f", c.Seconds),
+		"read_s", fmt.Sprintf("%.2f", c.ReadSec), "write_s", fmt.Sprintf("%.2f", c.WriteSec))
+}
+
+// channel deconvolves channel i: its input (read ahead, or now), the next
+// channel's read-ahead, the deconvolution in the channel's form, and its
+// planes written now, behind, or (plane form) straight from the device.
+func (r *cycleRun) channel(ctx context.Context, i int) error {
+	j := r.jobs[i]
+	c := &r.res.Channels[i]
+	*c = Channel{Channel: j.ch, Planes: len(j.paths), W: j.w, H: j.h, PSF: j.k.String(), Info: j.info}
+	var cin input
+	if r.ahead != nil {
+		cin = <-r.ahead
+		r.ahead = nil
+	} else {
+		cin = j.read(ctx, r.io, false)
+	}
+	if cin.err != nil {
+		return cin.err
+	}
+	c.ReadSec = cin.sec
+	if r.plan.Ahead > 0 && i+1 < len(r.jobs) {
+		r.ahead = make(chan input, 1)
+		next := r.jobs[i+1]
+		r.wg.Add(1)
+		go func(ch chan input) {
+			defer r.wg.Done()
+			ch <- next.read(ctx, r.io, true)
+		}(r.ahead)
+	}
+	chDir := filepath.Join(r.stageDir, fmt.Sprintf("CH%d", j.ch))
+	if err := os.MkdirAll(chDir, 0o777); err != nil {
+		return err
+	}
+	planePath := func(z int) string { return filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)) }
+	wrapErr := func(err error) error {
+		err = algInput(err)
+		if errors.Is(err, ErrInput) {
+			return fmt.Errorf("channel %d (%s): %w", j.ch, filepath.Dir(j.paths[0]), err)
+		}
+		return fmt.Errorf("channel %d: %w", j.ch, err)
+	}
+	// pages: the channel's result on the host (modeStack, or modePlane
+	// written behind); nil: written plane by plane.
+	var pages []*raster.Gray16
+	var err error
+	if j.mode == modePlane {
+		if pages, err = runPlanes(ctx, r.pe, j, cin, r.io, r.plan.Behind > 0, c, r.waitBehind, planePath); err != nil {
+			return wrapErr(err)
+		}
+	} else {
+		if pages, err = r.runStack(ctx, j, cin, c); err != nil {
+			return wrapErr(err)
+		}
+		if err := r.waitBehind(); err != nil {
+			return err
+		}
+	}
+	if pages == nil { // written plane by plane
+		r.logChannel(*c)
+		return nil
+	}
+	write := func(pages []*raster.Gray16) error {
+		t2 := time.Now()
+		err := par.ForEach(ctx, len(pages), r.workers, func(z int) error {
+			err := tiffio.WriteGray16(planePath(z), pages[z])
+			pages[z] = nil
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("channel %d: write: %w", j.ch, err)
+		}
+		c.WriteSec = time.Since(t2).Seconds()
+		r.logChannel(*c)
+		return nil
+	}
+	if r.plan.Behind == 0 {
+		return write(pages)
+	}
+	r.behind = make(chan error, 1)
+	r.wg.Add(1)
+	go func(ch chan error, pages []*raster.Gray16) {
+		defer r.wg.Done()
+		ch <- write(pages)
+	}(r.behind, pages)
+	return nil
+}
+
+// runStack deconvolves job j's host stack (modeStack) on the engine,
+// rounded to uint16 by the engine when it can (Gray16Engine).
+func (r *cycleRun) runStack(ctx context.Context, j *job, cin input, c *Channel) ([]*raster.Gray16, error) {
+	t1 := time.Now()
+	st := cin.st
+	cin.st = nil
+	var pages []*raster.Gray16
+	var s decon.Stats
+	var err error
+	if g, ok := r.o.Engine.(Gray16Engine); ok {
+		pages, s, err = g.DeconvolveGray16(ctx, st, j.k, j.p)
+	} else {
+		var out *raster.Stack
+		out, s, err = r.o.Engine.Deconvolve(ctx, st, j.k, j.p)
+		if err == nil {
+			pages = ToPages(out)
+		}
+	}
+	st = nil
 	if err != nil {
 		return nil, err
 	}
-	defer stage.Abort()
-	lg.Info("deconvolving cycle", "cycle", o.Cycle, "channels", cfg.Channels, "engine", o.Engine.Name(), "workers", workers,
-		"psf_model", psfModel(cfg), "psf_file", cfg.PSFFilePath(), "algorithm", cfg.Decon.Algorithm, "iterations", cfg.Decon.Iterations)
+	c.Stats = s
+	c.Seconds = time.Since(t1).Seconds()
+	return pages, nil
+}
 
-	// Goroutines of read-ahead and write-behind end before Run returns
-	// (the staging directory is removed on failure only after them).
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-
-	res.Channels = make([]Channel, len(jobs))
-	var ahead chan input  // the next channel, read ahead
-	var behind chan error // the previous channel, written behind
-	waitBehind := func() error {
-		if behind == nil {
-			return nil
-		}
-		err := <-behind
-		behind = nil
+// finish writes DECONV_parameters.txt and the sentinel into dir.
+func (r *cycleRun) finish(dir string) error {
+	cfg, o, res := r.cfg, r.o, r.res
+	if err := os.WriteFile(filepath.Join(dir, "DECONV_parameters.txt"), []byte(ParametersText(cfg, o, res)), 0o666); err != nil {
 		return err
-	}
-	logChannel := func(c Channel) {
-		s := c.Stats
-		lg.Info("channel deconvolved", "cycle", o.Cycle, "channel", c.Channel, "planes", c.Planes, "size", fmt.Sprintf("%dx%d", c.W, c.H),
-			"psf", c.PSF+" (x,y,z)", "iterations", s.Iterations, "stopped", s.Stopped, "chunks", s.Chunks, "streamed", s.Streamed,
-			"lo", s.Lo, "hi", s.Hi, "raw_max", s.RawMax, "decon_s", fmt.Sprintf("%.2f", c.Seconds),
-			"read_s", fmt.Sprintf("%.2f", c.ReadSec), "write_s", fmt.Sprintf("%.2f", c.WriteSec))
-	}
-	for i, j := range jobs {
-		c := &res.Channels[i]
-		*c = Channel{Channel: j.ch, Planes: len(j.paths), W: j.w, H: j.h, PSF: j.k.String(), Info: j.info}
-		var cin input
-		if ahead != nil {
-			cin = <-ahead
-			ahead = nil
-		} else {
-			cin = j.read(ctx, io, false)
-		}
-		if cin.err != nil {
-			return nil, cin.err
-		}
-		c.ReadSec = cin.sec
-		if plan.Ahead > 0 && i+1 < len(jobs) {
-			ahead = make(chan input, 1)
-			next := jobs[i+1]
-			wg.Add(1)
-			go func(ch chan input) {
-				defer wg.Done()
-				ch <- next.read(ctx, io, true)
-			}(ahead)
-		}
-		chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", j.ch))
-		if err := os.MkdirAll(chDir, 0o777); err != nil {
-			return nil, err
-		}
-		planePath := func(z int) string { return filepath.Join(chDir, fmt.Sprintf("deconv_%03d.tif", z+1)) }
-		wrapErr := func(err error) error {
-			err = algInput(err)
-			if errors.Is(err, ErrInput) {
-				return fmt.Errorf("channel %d (%s): %w", j.ch, filepath.Dir(j.paths[0]), err)
-			}
-			return fmt.Errorf("channel %d: %w", j.ch, err)
-		}
-		// pages: the channel's result on the host (modeStack, or
-		// modePlane written behind); nil: written plane by plane.
-		var pages []*raster.Gray16
-		t1 := time.Now()
-		if j.mode == modePlane {
-			var err error
-			pages, err = runPlanes(ctx, gpuEng.e, j, cin, io, plan.Behind > 0, c, waitBehind, planePath)
-			if err != nil {
-				return nil, wrapErr(err)
-			}
-		} else {
-			st := cin.st
-			cin.st = nil
-			var s decon.Stats
-			var err error
-			if g, ok := o.Engine.(Gray16Engine); ok {
-				pages, s, err = g.DeconvolveGray16(ctx, st, j.k, j.p)
-			} else {
-				var out *raster.Stack
-				out, s, err = o.Engine.Deconvolve(ctx, st, j.k, j.p)
-				if err == nil {
-					pages = ToPages(out)
-				}
-			}
-			st = nil
-			if err != nil {
-				return nil, wrapErr(err)
-			}
-			c.Stats = s
-			c.Seconds = time.Since(t1).Seconds()
-			if err := waitBehind(); err != nil {
-				return nil, err
-			}
-		}
-		if pages == nil { // written plane by plane
-			logChannel(*c)
-			continue
-		}
-		write := func(pages []*raster.Gray16) error {
-			t2 := time.Now()
-			err := par.ForEach(ctx, len(pages), workers, func(z int) error {
-				err := tiffio.WriteGray16(planePath(z), pages[z])
-				pages[z] = nil
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("channel %d: write: %w", j.ch, err)
-			}
-			c.WriteSec = time.Since(t2).Seconds()
-			logChannel(*c)
-			return nil
-		}
-		if plan.Behind == 0 {
-			if err := write(pages); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		behind = make(chan error, 1)
-		wg.Add(1)
-		go func(ch chan error, pages []*raster.Gray16) {
-			defer wg.Done()
-			ch <- write(pages)
-		}(behind, pages)
-	}
-	if err := waitBehind(); err != nil {
-		return nil, err
-	}
-	res.Seconds = time.Since(start).Seconds()
-	if err := os.WriteFile(filepath.Join(stage.Path, "DECONV_parameters.txt"), []byte(ParametersText(cfg, o, res)), 0o666); err != nil {
-		return nil, err
 	}
 	chs := make([]string, len(res.Channels))
 	for i, c := range res.Channels {
@@ -690,7 +805,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for i, c := range res.Channels {
 		its[i] = fmt.Sprint(c.Stats.Iterations)
 	}
-	if err := staging.WriteSentinel(filepath.Join(stage.Path, ".snakemake_complete"), [][2]string{
+	return staging.WriteSentinel(filepath.Join(dir, ".snakemake_complete"), [][2]string{
 		{"stage", "decon"},
 		{"cycle", fmt.Sprint(o.Cycle)},
 		{"completed", time.Now().UTC().Format(time.RFC3339)},
@@ -699,18 +814,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{"failed", ""},
 		{"duration_minutes", fmt.Sprintf("%.2f", res.Seconds/60)},
 		{"engine", o.Engine.Name()},
-		{"workers", fmt.Sprint(workers)},
+		{"workers", fmt.Sprint(r.workers)},
 		{"psf_model", psfModel(cfg)},
 		{"algorithm", cfg.Decon.Algorithm},
 		{"iterations", strings.Join(its, ",")},
-	}); err != nil {
-		return nil, err
-	}
-	if err := stage.Commit(); err != nil {
-		return nil, err
-	}
-	lg.Info("cycle deconvolved", "cycle", o.Cycle, "dir", final, "seconds", fmt.Sprintf("%.1f", res.Seconds))
-	return res, nil
+	})
 }
 
 // ElapsedText formats a duration in seconds as the original's

@@ -72,7 +72,7 @@ func writePlane(t *testing.T, path string, v []float32, w, h int) {
 
 func TestRunCPU(t *testing.T) {
 	cfg, dir := project(t, nil)
-	res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, CPU: true})
+	res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestBadInput(t *testing.T) {
 			if c.mut != nil {
 				c.mut(t, in)
 			}
-			_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, CPU: true})
+			_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2})
 			if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v: want ErrInput naming %q", err, c.want)
 			}

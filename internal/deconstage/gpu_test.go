@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	cuda "github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -21,7 +22,7 @@ import (
 // (the convolutions are bit-identical; the stop decision uses float64 sums
 // in another order, which on this data does not change the iterations).
 func TestRunGPU(t *testing.T) {
-	g, err := OpenGPU(0, false)
+	g, err := cuda.Open(cuda.Options{Device: 0}) // *gpu.Engine is a deconstage PlaneEngine
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestRunGPU(t *testing.T) {
 	if err := os.Rename(OutDir(dir, 1), gpuOut); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, CPU: true}); err != nil {
+	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ch := range cfg.Channels {
@@ -66,7 +67,7 @@ func TestRunGPU(t *testing.T) {
 // under the preferred one (read-ahead and write-behind): both give the
 // unconstrained run's bytes.
 func TestRunGPUPlans(t *testing.T) {
-	g, err := OpenGPU(0, false)
+	g, err := cuda.Open(cuda.Options{Device: 0}) // *gpu.Engine is a deconstage PlaneEngine
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ const childEnv = "KINTSUGI_DECON_MEM_CHILD"
 func TestMemBudgetChild(t *testing.T) {
 	childproc.ServeStage(childEnv, func(cfg *config.Config, budget int64, workers int) (map[string]string, error) {
 		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: workers}, Workers: workers,
-			CPU: true, MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
+			MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +120,7 @@ func memModelOf(t *testing.T, cfg *config.Config, workers int, budget int64) mem
 		chans = append(chans, newChanMem(memNZ, memH, memW, k, p))
 		modes = append(modes, modeStack)
 	}
-	return newMemModel(false, true, modes, chans, workers, 0, budget, membudget.SourceFlag)
+	return newMemModel(cpuEngineMemory, true, modes, chans, workers, 0, budget, membudget.SourceFlag)
 }
 
 // TestMemBudgetHeld runs the stage unconstrained and under budgets below
@@ -227,7 +227,11 @@ func TestMemPlans(t *testing.T) {
 		mode     mode
 	}{{"cpu", false, true, modeStack}, {"gpu", true, false, modePlane}} {
 		modes := []mode{tc.mode, tc.mode, tc.mode, tc.mode}
-		m := newMemModel(tc.gpu, tc.cpu, modes, prod(), 16, 0, 0, "")
+		em := cpuEngineMemory
+		if tc.gpu {
+			em = membudget.CUDAEngine
+		}
+		m := newMemModel(em, tc.cpu, modes, prod(), 16, 0, 0, "")
 		ps := m.plans()
 		for i, pl := range ps {
 			if i > 0 && m.need(pl) > m.need(ps[i-1]) {
@@ -253,7 +257,7 @@ func TestMemPlans(t *testing.T) {
 	// The GPU's resident form holds only planes in flight: a production
 	// cycle keeps read-ahead and write-behind under 14 GiB and runs under
 	// 2 GiB.
-	m := newMemModel(true, false, []mode{modePlane, modePlane, modePlane, modePlane}, prod(), 16, 0, 14<<30, membudget.SourceFlag)
+	m := newMemModel(membudget.CUDAEngine, false, []mode{modePlane, modePlane, modePlane, modePlane}, prod(), 16, 0, 14<<30, membudget.SourceFlag)
 	if pl, err := m.choose(); err != nil || pl.Ahead != 1 || pl.Behind != 1 {
 		t.Errorf("GPU, production cycle, 14 GiB: plan %+v %v", pl, err)
 	}
@@ -270,7 +274,7 @@ func TestRunCPUPlans(t *testing.T) {
 	out := OutDir(dir, 1)
 	run := func(p *memPlan) {
 		t.Helper()
-		if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, CPU: true, plan: p}); err != nil {
+		if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: CPUEngine{Workers: 2}, Workers: 2, plan: p}); err != nil {
 			t.Fatal(err)
 		}
 	}

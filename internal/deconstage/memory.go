@@ -53,9 +53,10 @@ const ConfigKeyMem = "resources.mem_decon"
 //
 //	fixed + pinned + heap / liveFraction
 //
-// where fixed is the runtime (CPU 64 MiB) or the CUDA context, modules,
-// pinned staging buffers and the lazily created cuFFT plans (GPU 512 MiB),
-// or the resident set when the stage starts plus what is mapped later
+// where fixed is what the engine reports (membudget.EngineMemory: the
+// runtime, CPU 64 MiB, or the CUDA context, modules, pinned staging
+// buffers and the lazily created cuFFT plans, GPU 512 MiB), or the
+// resident set when the stage starts plus what the engine maps later
 // (CPU 32 MiB, GPU 256 MiB), whichever is larger. The Go runtime's soft
 // limit is set to goFraction of the budget less fixed and pinned, so
 // garbage is collected before the heap grows past the plan.
@@ -136,15 +137,17 @@ type memModel struct {
 	budgetSource string
 }
 
-// newMemModel is the model of a cycle's channels on an engine (gpu: the
-// GPU engine; cpu: the CPU engine); resident is the resident set now
-// (0: unknown), with the engine open.
-func newMemModel(gpu, cpu bool, modes []mode, chans []chanMem, workers int, resident, budget int64, source string) memModel {
-	m := memModel{cpu: cpu, modes: modes, chans: chans, fixed: 64 << 20, lazy: 32 << 20,
+// cpuEngineMemory is the CPU engine's report (the runtime): also that of
+// an engine that reports nothing.
+var cpuEngineMemory = membudget.EngineMemory{Fixed: 64 << 20, Lazy: 32 << 20}
+
+// newMemModel is the model of a cycle's channels on an engine that
+// reports em (membudget.EngineMemoryOf; cpu: the engine works on the host,
+// its windows can shrink); resident is the resident set now (0: unknown),
+// with the engine open.
+func newMemModel(em membudget.EngineMemory, cpu bool, modes []mode, chans []chanMem, workers int, resident, budget int64, source string) memModel {
+	m := memModel{cpu: cpu, modes: modes, chans: chans, fixed: em.Fixed, lazy: em.Lazy,
 		io: max(1, workers), budget: budget, budgetSource: source}
-	if gpu {
-		m.fixed, m.lazy = 512<<20, 256<<20
-	}
 	m.fixed = max(m.fixed, resident+m.lazy)
 	for _, c := range chans {
 		m.io = min(m.io, max(1, c.N))

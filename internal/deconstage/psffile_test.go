@@ -78,7 +78,7 @@ func psfFileProject(t *testing.T, ch int) (cfg, fileCfg *config.Config, dir stri
 // Richardson-Lucy variants: the iterations must agree and the results
 // within 1e-4 of the maximum (float32 rounding of the file's values; the
 // GPU's convolution rounding).
-func matchesInMemory(t *testing.T, eng Engine, cpu bool, cfg, fileCfg *config.Config, ch int, k0 *psf.Kernel, st *raster.Stack) {
+func matchesInMemory(t *testing.T, eng Engine, cfg, fileCfg *config.Config, ch int, k0 *psf.Kernel, st *raster.Stack) {
 	t.Helper()
 	for _, alg := range []string{"richardson_lucy", "biggs_andrews"} {
 		cfg.Decon.Algorithm, fileCfg.Decon.Algorithm = alg, alg
@@ -91,7 +91,7 @@ func matchesInMemory(t *testing.T, eng Engine, cpu bool, cfg, fileCfg *config.Co
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, fs, _, _, err := Deconvolve(context.Background(), eng, fileCfg, ch, copyStack(st), cpu, 2)
+		got, fs, _, _, err := Deconvolve(context.Background(), eng, fileCfg, ch, copyStack(st), 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,10 +132,10 @@ func TestPSFFile(t *testing.T) {
 		t.Errorf("kernel from the file differs from the one in memory by %.2g of the peak", worst/peak)
 	}
 	eng := CPUEngine{Workers: 2}
-	matchesInMemory(t, eng, true, cfg, fileCfg, ch, k0, st)
+	matchesInMemory(t, eng, cfg, fileCfg, ch, k0, st)
 	// The stage with the file: recorded in the sentinel and DECONV_parameters.txt.
 	fileCfg.Decon.Algorithm = "richardson_lucy"
-	if _, err := Run(context.Background(), Options{Config: fileCfg, Cycle: 1, Engine: eng, Workers: 2, CPU: true}); err != nil {
+	if _, err := Run(context.Background(), Options{Config: fileCfg, Cycle: 1, Engine: eng, Workers: 2}); err != nil {
 		t.Fatal(err)
 	}
 	out := OutDir(dir, 1)
@@ -153,7 +153,7 @@ func TestPSFFile(t *testing.T) {
 	}
 	for name, want := range map[string]string{"bad.tif": "finite", "none.tif": "no such file"} {
 		fileCfg.Decon.PSFFile = name
-		_, err := Run(context.Background(), Options{Config: fileCfg, Cycle: 1, Engine: eng, Workers: 2, CPU: true})
+		_, err := Run(context.Background(), Options{Config: fileCfg, Cycle: 1, Engine: eng, Workers: 2})
 		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "decon.psf_file") || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want ErrInput naming decon.psf_file and %q", name, err, want)
 		}

@@ -170,6 +170,22 @@ type Fuser interface {
 	EDF(ctx context.Context, planes []*raster.Gray16, g Gate, p Params) (*Result, error)
 }
 
+// DeviceStack is a uint16 (z, y, x) stack in counts held in an engine's
+// device memory, filled one plane at a time and fused there (the same
+// result as Fuser.EDF on the same planes), so that a stage's host holds
+// the planes in flight, not the stack. The CUDA engine makes them
+// (internal/gpu: EDFDeviceStack); edfstage finds that form by interface
+// assertion.
+type DeviceStack interface {
+	// Put copies pg (H x W) into plane z; it returns when pg may be reused.
+	// Safe from several goroutines.
+	Put(ctx context.Context, z int, pg *raster.Gray16) error
+	// Fuse applies g to the planes, selects the slices and fuses them with p.
+	Fuse(ctx context.Context, g Gate, p Params) (*Result, error)
+	// Free gives the device memory back; a second Free does nothing.
+	Free()
+}
+
 // CheckPlanes checks that planes is a non-empty stack of equal-size planes.
 func CheckPlanes(planes []*raster.Gray16) error {
 	if len(planes) == 0 {

@@ -18,10 +18,27 @@
 // needs every marker's plane and a silent hole surfaces only later.
 //
 // Memory: the stage plans from Options.MemBudget (memory.go): on the GPU
-// the planes go to the device stack as they are read (gpu.EDFStack), so the
+// the planes go to the device stack as they are read (edf.DeviceStack), so the
 // host holds a few planes, not a channel; the CPU reference holds one or two
 // channel stacks. A budget below the smallest working set is a
 // *membudget.NeedError naming resources.mem_edf (exit 2), before any output.
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: Options.Engine, an edf.Fuser, with Streamer (the
+// device-buffer form: edf.DeviceStack, pipeline.go) found by assertion;
+// edf.CPU the reference; memory.go (cpuEngineMemory, newMemModel, choose);
+// Run in steps (newCycleRun, planMemory, fuseAllStreamed or fuseStacked,
+// done).
 package edfstage
 
 import (
@@ -63,7 +80,7 @@ func OutDir(project string, cycle int) string {
 type Options struct {
 	Config  *config.Config
 	Cycle   int
-	Fuser   edf.Fuser
+	Engine  edf.Fuser // the device: edf.CPU, or the CUDA engine (a Streamer)
 	Workers int
 	Logger  *slog.Logger
 	// MemBudget is the host memory (resident set, bytes) the stage may use
@@ -174,26 +191,88 @@ func ReadStackPath(ctx context.Context, path string, workers int) ([]*raster.Gra
 	return ReadPlanes(ctx, files, workers)
 }
 
-// Run runs the stage for one cycle.
+// Run runs the stage for one cycle: the checks and the memory plan before
+// any output (newCycleRun, planMemory), every channel fused (streamed
+// through the engine's device stack, or as whole stacks read ahead:
+// fuseStacked) and written (done), then the sentinel and the commit.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	t0 := time.Now()
-	cfg := o.Config
-	lg := o.Logger
-	if lg == nil {
-		lg = slog.Default()
+	r, err := newCycleRun(o)
+	if err != nil {
+		return nil, err
 	}
-	p := edf.FromConfig(cfg.EDF)
-	if err := p.Validate(); err != nil {
+	mm, mp, err := r.planMemory()
+	if err != nil {
+		return nil, err
+	}
+	defer membudget.SetGoLimit(mm.goLimit())()
+
+	cfg, p, lg := r.cfg, r.p, r.lg
+	final := OutDir(cfg.ProjectDir, o.Cycle)
+	stage, err := staging.NewContext(ctx, final)
+	if err != nil {
+		return nil, err
+	}
+	defer stage.Abort()
+	r.stageDir = stage.Path
+	lg.Info("edf", "cycle", o.Cycle, "channels", cfg.Channels, "method", p.Method, "engine", o.Engine.Name(),
+		"sigma", p.Sigma, "radius_x", p.RadiusX, "radius_y", p.RadiusY, "z_smooth_sigma", p.ZSmoothSigma)
+	lg.Info("memory plan", "cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
+		"plan", mp.String(), "planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.fixed),
+		"go_limit", membudget.Format(mm.goLimit()), "plane", fmt.Sprintf("%dx%d px, %s", mm.W, mm.H, membudget.Format(mm.plane())),
+		"planes_per_channel", mm.N)
+	r.res = &Result{OutDir: final, MemPlan: mp.String(), MemPlanned: mm.need(mp)}
+	if mp.Streamed {
+		err = r.fuseAllStreamed(ctx, streamerOf(o.Engine), mp.Readers)
+	} else {
+		err = fuseStacked(ctx, o, r.stacks, mp, r.g, p, r.collect, r.fuseErr, r.done)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.res.Seconds = time.Since(t0).Seconds()
+	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, p, r.res); err != nil {
+		return nil, err
+	}
+	if err := stage.Commit(); err != nil {
+		return nil, err
+	}
+	lg.Info("cycle done", "cycle", o.Cycle, "out", final, "seconds", f2(r.res.Seconds))
+	return r.res, nil
+}
+
+// cycleRun is one Run's state, step to step.
+type cycleRun struct {
+	o        Options
+	cfg      *config.Config
+	lg       *slog.Logger
+	p        edf.Params
+	g        edf.Gate
+	stacks   [][]string // per channel, its planes in z order
+	dims     [][2]int   // per channel, H, W px
+	stageDir string
+	res      *Result
+}
+
+// newCycleRun checks the settings, the decon sentinel and the channels'
+// output names (unique within the cycle) and lists every channel's planes.
+func newCycleRun(o Options) (*cycleRun, error) {
+	r := &cycleRun{o: o, cfg: o.Config, lg: o.Logger}
+	if r.lg == nil {
+		r.lg = slog.Default()
+	}
+	cfg := r.cfg
+	r.p = edf.FromConfig(cfg.EDF)
+	if err := r.p.Validate(); err != nil {
 		return nil, staging.Inputf("%s: %w", cfg.Path, err)
 	}
-	g := edf.GateFromConfig(cfg.QualityGate)
+	r.g = edf.GateFromConfig(cfg.QualityGate)
 	in := InputDir(cfg.ProjectDir, o.Cycle)
 	if err := staging.RequireSentinel(in, o.Cycle, "decon"); err != nil {
 		return nil, err
 	}
-	// Output names: unique within the cycle.
 	names := map[string]int{}
-	stacks := make([][]string, len(cfg.Channels))
+	r.stacks = make([][]string, len(cfg.Channels))
 	for i, ch := range cfg.Channels {
 		name := cfg.EDFFileName(o.Cycle, ch)
 		if prev, dup := names[name]; dup {
@@ -205,105 +284,90 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		stacks[i] = files
+		r.stacks[i] = files
 	}
-	// The memory plan, from the planes' TIFF headers: a budget below the
-	// smallest working set stops here, before any output.
-	dims := make([][2]int, len(stacks)) // H, W per channel
+	return r, nil
+}
+
+// planMemory chooses the memory plan from the planes' TIFF headers (the
+// largest channel counts): a budget below the smallest working set stops
+// here, before any output.
+func (r *cycleRun) planMemory() (memModel, memPlan, error) {
+	o := r.o
+	r.dims = make([][2]int, len(r.stacks))
 	maxN, maxH, maxW := 0, 0, 0
-	for i, files := range stacks {
+	for i, files := range r.stacks {
 		info, err := tiffio.ReadInfo(files[0])
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+			return memModel{}, memPlan{}, fmt.Errorf("%w: %w", ErrInput, err)
 		}
-		dims[i] = [2]int{info.Height, info.Width}
+		r.dims[i] = [2]int{info.Height, info.Width}
 		maxN = max(maxN, len(files))
 		if int64(info.Height)*int64(info.Width) > int64(maxH)*int64(maxW) {
 			maxH, maxW = info.Height, info.Width
 		}
 	}
-	mm := newMemModel(o.Fuser, maxN, maxH, maxW, o.Workers, p, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	mm := newMemModel(o.Engine, maxN, maxH, maxW, o.Workers, r.p, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
 	mp, err := mm.choose()
-	if err != nil {
-		return nil, err
-	}
-	defer membudget.SetGoLimit(mm.goLimit())()
+	return mm, mp, err
+}
 
-	final := OutDir(cfg.ProjectDir, o.Cycle)
-	stage, err := staging.NewContext(ctx, final)
-	if err != nil {
-		return nil, err
+// collect collects garbage (planes fused or sent to the device) under a
+// budget as soon as it is made instead of when the heap nears the Go
+// limit.
+func (r *cycleRun) collect() {
+	if r.o.MemBudget > 0 {
+		runtime.GC()
 	}
-	defer stage.Abort()
-	lg.Info("edf", "cycle", o.Cycle, "channels", cfg.Channels, "method", p.Method, "engine", o.Fuser.Name(),
-		"sigma", p.Sigma, "radius_x", p.RadiusX, "radius_y", p.RadiusY, "z_smooth_sigma", p.ZSmoothSigma)
-	lg.Info("memory plan", "cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
-		"plan", mp.String(), "planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.fixed),
-		"go_limit", membudget.Format(mm.goLimit()), "plane", fmt.Sprintf("%dx%d px, %s", maxW, maxH, membudget.Format(mm.plane())),
-		"planes_per_channel", maxN)
-	res := &Result{OutDir: final, MemPlan: mp.String(), MemPlanned: mm.need(mp)}
-	// Under a budget, garbage (planes fused or sent to the device) is
-	// collected as soon as it is made instead of when the heap nears the
-	// Go limit.
-	collect := func() {
-		if o.MemBudget > 0 {
-			runtime.GC()
-		}
-	}
+}
 
-	// done fuses nothing: it writes channel i's result and logs it.
-	done := func(i int, r *edf.Result, nPlanes int, readS, edfS float64) error {
-		ch := cfg.Channels[i]
-		c := Channel{Channel: ch, File: cfg.EDFFileName(o.Cycle, ch), Planes: nPlanes, Used: r.Used,
-			ReadS: readS, EDFS: edfS}
+// done fuses nothing: it writes channel i's result and logs it.
+func (r *cycleRun) done(i int, res *edf.Result, nPlanes int, readS, edfS float64) error {
+	cfg, o := r.cfg, r.o
+	ch := cfg.Channels[i]
+	c := Channel{Channel: ch, File: cfg.EDFFileName(o.Cycle, ch), Planes: nPlanes, Used: res.Used,
+		ReadS: readS, EDFS: edfS}
+	t := time.Now()
+	if err := tiffio.WriteGray16(filepath.Join(r.stageDir, c.File), res.Out); err != nil {
+		return err
+	}
+	c.WriteS = time.Since(t).Seconds()
+	zeros := edf.StatsOf(res.Out.Pix).ZeroFrac()
+	if zeros > 0.05 {
+		r.lg.Warn("edf output has more than 5% zero pixels", "channel", ch, "file", c.File, "zero_fraction", zeros)
+	}
+	r.lg.Info("channel done", "cycle", o.Cycle, "channel", ch, "file", c.File, "planes", c.Planes,
+		"used", sliceRange(res.Used), "read_s", f2(c.ReadS), "edf_s", f2(c.EDFS), "write_s", f2(c.WriteS))
+	r.res.Channels = append(r.res.Channels, c)
+	return nil
+}
+
+// fuseErr names channel i and its directory in a fusion error; a gate
+// failure is bad input.
+func (r *cycleRun) fuseErr(i int, err error) error {
+	ch, dir := r.cfg.Channels[i], filepath.Dir(r.stacks[i][0])
+	if errors.Is(err, edf.ErrTooFewSlices) {
+		return staging.Inputf("channel %d (%s): %w", ch, dir, err)
+	}
+	return fmt.Errorf("channel %d (%s): %w", ch, dir, err)
+}
+
+// fuseAllStreamed fuses the channels one at a time on st's device stack,
+// readers planes read at once.
+func (r *cycleRun) fuseAllStreamed(ctx context.Context, st Streamer, readers int) error {
+	for i := range r.stacks {
 		t := time.Now()
-		if err := tiffio.WriteGray16(filepath.Join(stage.Path, c.File), r.Out); err != nil {
+		res, readS, err := fuseStreamed(ctx, st, r.stacks[i], r.dims[i][0], r.dims[i][1], readers, r.g, r.p, r.collect)
+		if err != nil {
+			return r.fuseErr(i, err)
+		}
+		if err := r.done(i, res, len(r.stacks[i]), readS, time.Since(t).Seconds()-readS); err != nil {
 			return err
 		}
-		c.WriteS = time.Since(t).Seconds()
-		zeros := edf.StatsOf(r.Out.Pix).ZeroFrac()
-		if zeros > 0.05 {
-			lg.Warn("edf output has more than 5% zero pixels", "channel", ch, "file", c.File, "zero_fraction", zeros)
-		}
-		lg.Info("channel done", "cycle", o.Cycle, "channel", ch, "file", c.File, "planes", c.Planes,
-			"used", sliceRange(r.Used), "read_s", f2(c.ReadS), "edf_s", f2(c.EDFS), "write_s", f2(c.WriteS))
-		res.Channels = append(res.Channels, c)
-		return nil
+		res = nil
+		r.collect()
 	}
-	fuseErr := func(i int, err error) error {
-		ch, dir := cfg.Channels[i], filepath.Dir(stacks[i][0])
-		if errors.Is(err, edf.ErrTooFewSlices) {
-			return staging.Inputf("channel %d (%s): %w", ch, dir, err)
-		}
-		return fmt.Errorf("channel %d (%s): %w", ch, dir, err)
-	}
-
-	if mp.Streamed {
-		st := streamerOf(o.Fuser)
-		for i := range stacks {
-			t := time.Now()
-			r, readS, err := fuseStreamed(ctx, st, stacks[i], dims[i][0], dims[i][1], mp.Readers, g, p, collect)
-			if err != nil {
-				return nil, fuseErr(i, err)
-			}
-			if err := done(i, r, len(stacks[i]), readS, time.Since(t).Seconds()-readS); err != nil {
-				return nil, err
-			}
-			r = nil
-			collect()
-		}
-	} else if err := fuseStacked(ctx, o, stacks, mp, g, p, collect, fuseErr, done); err != nil {
-		return nil, err
-	}
-	res.Seconds = time.Since(t0).Seconds()
-	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, p, res); err != nil {
-		return nil, err
-	}
-	if err := stage.Commit(); err != nil {
-		return nil, err
-	}
-	lg.Info("cycle done", "cycle", o.Cycle, "out", final, "seconds", f2(res.Seconds))
-	return res, nil
+	return nil
 }
 
 func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
@@ -343,7 +407,7 @@ func writeSentinel(path string, o Options, p edf.Params, r *Result) error {
 		{"method", p.Method},
 		{"slices_used", strings.Join(used, ";")},
 		{"duration_minutes", fmt.Sprintf("%.2f", r.Seconds/60)},
-		{"engine", o.Fuser.Name()},
+		{"engine", o.Engine.Name()},
 		{"workers", fmt.Sprint(o.Workers)},
 	})
 }

@@ -58,7 +58,7 @@ func project(t *testing.T, extra map[string]any) (*config.Config, [][]*raster.Gr
 }
 
 func run(cfg *config.Config) (*Result, error) {
-	return Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: edf.CPU{Workers: 2}, Workers: 2})
+	return Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: edf.CPU{Workers: 2}, Workers: 2})
 }
 
 // Issue 16: a cycle whose channels share a name (the original's blank

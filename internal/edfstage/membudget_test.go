@@ -30,7 +30,7 @@ const childEnv = "KINTSUGI_EDF_MEM_CHILD"
 
 func TestMemBudgetChild(t *testing.T) {
 	childproc.ServeStage(childEnv, func(cfg *config.Config, budget int64, workers int) (map[string]string, error) {
-		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: edf.CPU{Workers: workers}, Workers: workers,
+		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: edf.CPU{Workers: workers}, Workers: workers,
 			MemBudget: budget, MemBudgetSource: membudget.SourceFlag})
 		if err != nil {
 			return nil, err
@@ -179,7 +179,7 @@ func TestMemBudgetHeld(t *testing.T) {
 func TestMemBudgetTooSmall(t *testing.T) {
 	cfg, _ := project(t, nil)
 	var ne *membudget.NeedError
-	_, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: edf.CPU{Workers: 2}, Workers: 2,
+	_, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: edf.CPU{Workers: 2}, Workers: 2,
 		MemBudget: 40 * membudget.MB, MemBudgetSource: membudget.SourceFlag})
 	if !errors.As(err, &ne) || !errors.Is(err, membudget.ErrTooSmall) || cliutil.ExitCode(err) != cliutil.ExitUsage {
 		t.Fatalf("40 MiB: %v (exit %d), want a NeedError (exit %d)", err, cliutil.ExitCode(err), cliutil.ExitUsage)
@@ -221,7 +221,10 @@ type memStreamer struct {
 	opened int
 }
 
-func (m *memStreamer) newStream(_ context.Context, n, h, w int) (stream, error) {
+// EngineMemory reports what the CUDA engine does: memStreamer stands for it.
+func (*memStreamer) EngineMemory() membudget.EngineMemory { return membudget.CUDAEngine }
+
+func (m *memStreamer) EDFDeviceStack(_ context.Context, n, h, w int) (edf.DeviceStack, error) {
 	m.opened++
 	return &memStream{cpu: m.CPU, planes: make([]*raster.Gray16, n)}, nil
 }
@@ -237,7 +240,7 @@ func TestStreamedPath(t *testing.T) {
 	want := exectest.ReadTree(t, out)
 	os.RemoveAll(out)
 	st := &memStreamer{CPU: edf.CPU{Workers: 2}}
-	res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: st, Workers: 2,
+	res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: st, Workers: 2,
 		MemBudget: 1 << 30, MemBudgetSource: membudget.SourceFlag})
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +255,7 @@ func TestStreamedPath(t *testing.T) {
 		}
 	}
 	os.RemoveAll(out)
-	_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Fuser: st, Workers: 2,
+	_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: st, Workers: 2,
 		MemBudget: 300 * membudget.MB, MemBudgetSource: membudget.SourceFlag})
 	if !errors.Is(err, membudget.ErrTooSmall) || !strings.Contains(err.Error(), "streamed to the device") {
 		t.Errorf("300 MiB for a streamed engine (fixed 512 MiB): %v", err)

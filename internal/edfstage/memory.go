@@ -6,9 +6,7 @@ import (
 	"math"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
 // ConfigKeyMem is the config key of the EDF job's memory (MB), named by the
@@ -35,7 +33,7 @@ const ConfigKeyMem = "resources.mem_edf"
 //	                and a uint16 selection; energy, best energy and the
 //	                residual sum as float64; 3 float32 transform planes;
 //	                the height map, its majority copy and the output)
-//	streamed (the GPU engine: gpu.EDFStack)
+//	streamed (an engine with a device stack: the GPU's EDFDeviceStack)
 //	    heap = Readers·plane + 3·plane
 //	    Channels run one at a time; Readers goroutines read planes and
 //	    each plane goes to the device stack as soon as it is read and is
@@ -47,9 +45,10 @@ const ConfigKeyMem = "resources.mem_edf"
 //
 //	fixed + heap / liveFraction
 //
-// where fixed is the runtime (CPU 64 MiB) or the CUDA context, modules and
-// pinned staging buffers (GPU 512 MiB), or the resident set when the stage
-// starts (the engine is open) plus what is mapped later (CPU 32 MiB, GPU
+// where fixed is what the engine reports (membudget.EngineMemory: the
+// runtime, CPU 64 MiB, or the CUDA context, modules and pinned staging
+// buffers, GPU 512 MiB), or the resident set when the stage starts (the
+// engine is open) plus what the engine maps later (CPU 32 MiB, GPU
 // 256 MiB), whichever is larger. The Go runtime's soft limit is set to
 // goFraction of the budget less fixed, so garbage (planes already fused or
 // uploaded) is collected before the heap grows past the plan.
@@ -58,41 +57,23 @@ const (
 	goFraction   = 0.95
 )
 
-// stream is the streamed form of an engine: a device stack filled plane by
-// plane (gpu.EDFStack).
-type stream interface {
-	Put(ctx context.Context, z int, pg *raster.Gray16) error
-	Fuse(ctx context.Context, g edf.Gate, p edf.Params) (*edf.Result, error)
-	Free()
-}
-
-// streamer is a Fuser with a streamed form.
-type streamer interface {
+// Streamer is a Fuser with the device-buffer form, found by interface
+// assertion: a device stack filled plane by plane and fused there
+// (edf.DeviceStack; the CUDA engine, *gpu.Engine, is one as it is).
+type Streamer interface {
 	edf.Fuser
-	newStream(ctx context.Context, n, h, w int) (stream, error)
-}
-
-// gpuStreamer is the GPU engine's streamed form.
-type gpuStreamer struct{ *gpu.Engine }
-
-func (g gpuStreamer) newStream(ctx context.Context, n, h, w int) (stream, error) {
-	s, err := g.NewEDFStack(ctx, n, h, w)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	EDFDeviceStack(ctx context.Context, n, h, w int) (edf.DeviceStack, error)
 }
 
 // streamerOf returns f's streamed form, or nil when it has none.
-func streamerOf(f edf.Fuser) streamer {
-	switch e := f.(type) {
-	case streamer:
-		return e
-	case *gpu.Engine:
-		return gpuStreamer{e}
-	}
-	return nil
+func streamerOf(f edf.Fuser) Streamer {
+	st, _ := f.(Streamer)
+	return st
 }
+
+// cpuEngineMemory is the CPU engine's report (the runtime): also that of
+// an engine that reports nothing.
+var cpuEngineMemory = membudget.EngineMemory{Fixed: 64 << 20, Lazy: 32 << 20}
 
 // memPlan is how the stage is sized.
 type memPlan struct {
@@ -125,18 +106,15 @@ type memModel struct {
 func newMemModel(f edf.Fuser, n, h, w, workers int, p edf.Params, resident, budget int64, source string) memModel {
 	m := memModel{N: n, H: h, W: w, Workers: max(1, workers), P: p, StripRows: edf.DefaultStripRows,
 		budget: budget, budgetSource: source}
-	fixed, lazy := int64(64<<20), int64(32<<20)
 	if c, ok := f.(edf.CPU); ok {
 		m.Workers = max(1, c.Workers)
 		if c.StripRows > 0 {
 			m.StripRows = c.StripRows
 		}
 	}
-	if streamerOf(f) != nil {
-		m.streamed = true
-		fixed, lazy = 512<<20, 256<<20
-	}
-	m.fixed = max(fixed, resident+lazy)
+	m.streamed = streamerOf(f) != nil
+	em := membudget.EngineMemoryOf(f, cpuEngineMemory)
+	m.fixed = max(em.Fixed, resident+em.Lazy)
 	return m
 }
 

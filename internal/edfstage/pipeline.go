@@ -16,9 +16,9 @@ import (
 // goroutines read the planes (files, z order, h x w px each) and each plane
 // goes to the device stack as soon as it is read and is dropped; then the
 // stack is fused. readS is the reading and uploading time, seconds.
-func fuseStreamed(ctx context.Context, st streamer, files []string, h, w, readers int, g edf.Gate, p edf.Params,
+func fuseStreamed(ctx context.Context, st Streamer, files []string, h, w, readers int, g edf.Gate, p edf.Params,
 	collect func()) (r *edf.Result, readS float64, err error) {
-	s, err := st.newStream(ctx, len(files), h, w)
+	s, err := st.EDFDeviceStack(ctx, len(files), h, w)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -91,7 +91,7 @@ func fuseStacked(ctx context.Context, o Options, stacks [][]string, mp memPlan, 
 			return ld.err
 		}
 		t := time.Now()
-		r, err := o.Fuser.EDF(ctx, ld.planes, g, p)
+		r, err := o.Engine.EDF(ctx, ld.planes, g, p)
 		if err != nil {
 			return fuseErr(i, err)
 		}

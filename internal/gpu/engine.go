@@ -101,8 +101,9 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Name says which device and implementation run, for logs.
-func (e *Engine) Name() string { return "gpu: " + e.desc }
+// Name says which device and implementation run, for logs and the stages'
+// sentinels ("gpu " and Device, as the registration backend's).
+func (e *Engine) Name() string { return "gpu " + e.desc }
 
 // Device describes the GPU, e.g. "NVIDIA H200 (cc 9.0, 139.8 GiB, driver 13.0, visible index 0, CUDA_VISIBLE_DEVICES=3)".
 func (e *Engine) Device() string { return e.desc }

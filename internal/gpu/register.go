@@ -9,6 +9,7 @@ import (
 	"github.com/mumax/3/cuda/cu"
 	"github.com/mumax/3/cuda/cufft"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 )
@@ -24,6 +25,12 @@ func (e *Engine) Registrar() register.Backend { return &Registrar{e: e} }
 
 // Name implements register.Backend.
 func (r *Registrar) Name() string { return "gpu " + r.e.desc }
+
+// EngineMemory reports the engine's host memory to regstage's memory model
+// (its GPU model and device=gpu in the sentinel).
+func (r *Registrar) EngineMemory() membudget.EngineMemory { return r.e.EngineMemory() }
+
+var _ membudget.MemoryReporter = (*Registrar)(nil)
 
 // Downsample implements register.Backend.
 func (r *Registrar) Downsample(ctx context.Context, img *raster.Gray16, ks []int) ([]*raster.Float32, error) {

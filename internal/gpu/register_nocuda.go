@@ -5,6 +5,7 @@ package gpu
 import (
 	"context"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 )
@@ -15,6 +16,8 @@ func (*Engine) Registrar() register.Backend { return noCUDARegistrar{} }
 type noCUDARegistrar struct{}
 
 func (noCUDARegistrar) Name() string { return "gpu: not built (no cuda tag)" }
+
+func (noCUDARegistrar) EngineMemory() membudget.EngineMemory { return membudget.CUDAEngine }
 
 func (noCUDARegistrar) Downsample(context.Context, *raster.Gray16, []int) ([]*raster.Float32, error) {
 	return nil, ErrNoCUDA

@@ -33,8 +33,8 @@ func TestMemBudgetChild(t *testing.T) {
 	childproc.ServeStage(childEnv, func(cfg *config.Config, budget int64, workers int) (map[string]string, error) {
 		// One worker of phase correlation (its FFT workspaces scale with the
 		// workers), several goroutines for the stage's pipeline.
-		res, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 1}, Workers: workers,
-			Device: "cpu", MemBudget: budget, MemBudgetSource: membudget.SourceFlag, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		res, err := Run(context.Background(), Options{Config: cfg, Engine: register.CPU{Workers: 1}, Workers: workers,
+			MemBudget: budget, MemBudgetSource: membudget.SourceFlag, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +103,7 @@ func TestMemBudgetHeld(t *testing.T) {
 	// What the stage needs at least, from its own model and this project.
 	p := register.ParamsFromConfig(cfg.Registration)
 	g := geometry{H: memH, W: memW, Pad: true, Workers: workers, Channels: memChannels, Levels: levelFactors(p, memH, memW)}
-	m := newMemModel(register.CPU{Workers: 1}, "cpu", g, 0, 0, "")
+	m := newMemModel(register.CPU{Workers: 1}, g, 0, 0, "")
 	minNeed := m.need(minPlan)
 	t.Logf("unconstrained: peak %s, %d planes held at most (plan %+v needs %s); smallest working set %s",
 		membudget.Format(free), freePlanes, plans(workers, memChannels)[0], membudget.Format(m.need(plans(workers, memChannels)[0])), membudget.Format(minNeed))
@@ -143,7 +143,7 @@ func TestMemBudgetHeld(t *testing.T) {
 // naming the budget, the need and the config key.
 func TestMemBudgetTooSmall(t *testing.T) {
 	cfg, _ := project(t, 2)
-	_, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 2}, Workers: 2, Device: "cpu",
+	_, err := Run(context.Background(), Options{Config: cfg, Engine: register.CPU{Workers: 2}, Workers: 2,
 		MemBudget: 8 * membudget.MB, MemBudgetSource: membudget.SourceFlag})
 	var ne *membudget.NeedError
 	if !errors.Is(err, membudget.ErrTooSmall) || !errors.As(err, &ne) {
@@ -171,7 +171,7 @@ func TestMemPlans(t *testing.T) {
 		if dev == "gpu" {
 			be = gpuLike{}
 		}
-		m := newMemModel(be, dev, g, 0, 0, "")
+		m := newMemModel(be, g, 0, 0, "")
 		ps := plans(g.Workers, g.Channels)
 		if ps[0] != (memPlan{In: 4, Out: 4}) || ps[len(ps)-1] != minPlan {
 			t.Fatalf("plans %+v", ps)
@@ -201,9 +201,11 @@ func TestMemPlans(t *testing.T) {
 	}
 }
 
-// gpuLike stands for the CUDA backend in model tests (any backend but the
-// CPU reference, with Device "gpu").
+// gpuLike stands for the CUDA backend in model tests: it reports
+// membudget.CUDAEngine (data on the device), as the GPU's Registrar does.
 type gpuLike struct{ register.CPU }
+
+func (gpuLike) EngineMemory() membudget.EngineMemory { return membudget.CUDAEngine }
 
 // Every plan gives the same bytes as the preferred one (in process, so
 // that the race detector sees the pipeline's goroutines), and holds at
@@ -213,7 +215,7 @@ func TestPlansSameOutput(t *testing.T) {
 	out := OutDir(cfg.ProjectDir)
 	var want map[string][]byte
 	for i, p := range append([]memPlan{{}}, plans(4, 2)...) {
-		res, err := Run(context.Background(), Options{Config: cfg, Backend: register.CPU{Workers: 2}, Workers: 4, Device: "cpu", plan: p})
+		res, err := Run(context.Background(), Options{Config: cfg, Engine: register.CPU{Workers: 2}, Workers: 4, plan: p})
 		if err != nil {
 			t.Fatalf("plan %+v: %v", p, err)
 		}

@@ -112,8 +112,6 @@ func (g geometry) overlayBytes() int64 {
 // plane), counted by the stage.
 func cpuMem(g geometry, workers int) engineMem {
 	return engineMem{
-		Fixed:    32 << 20,
-		Lazy:     16 << 20,
 		Register: int64(workers)*(g.coarsePx()*32+1<<20) + 8<<20,
 	}
 }
@@ -127,30 +125,43 @@ func cpuMem(g geometry, workers int) engineMem {
 // (measured when the stage starts, with the engine open; gpubench prints
 // it).
 func gpuMem(g geometry) engineMem {
-	return engineMem{
-		Fixed:    512 << 20,
-		Lazy:     256 << 20,
-		Register: 32 << 20,
-	}
+	return engineMem{Register: 32 << 20}
 }
 
-// engineMemory picks the model: the GPU's for a GPU run (Options.Device
-// "gpu") of a backend other than the CPU reference, else the CPU's (the
-// larger) with the CPU backend's workers (the stage's for another
-// backend).
-func engineMemory(be register.Backend, device string, g geometry) engineMem {
-	c, cpu := be.(register.CPU)
-	if !cpu && device == "gpu" {
-		return gpuMem(g)
-	}
-	workers := g.Workers
-	if cpu {
-		workers = c.Workers
-		if workers <= 0 {
-			workers = runtime.GOMAXPROCS(0)
+// cpuEngineMemory is the CPU backend's report (the runtime): also that of
+// a backend that reports nothing.
+var cpuEngineMemory = membudget.EngineMemory{Fixed: 32 << 20, Lazy: 16 << 20}
+
+// engineMemory picks the model from what the backend reports
+// (membudget.EngineMemoryOf): the GPU's for data on the device, else the
+// CPU's (the larger) with the CPU backend's workers (the stage's for
+// another backend); fixed and lazy as reported.
+func engineMemory(be register.Backend, g geometry) engineMem {
+	r := membudget.EngineMemoryOf(be, cpuEngineMemory)
+	var m engineMem
+	if r.OnDevice {
+		m = gpuMem(g)
+	} else {
+		workers := g.Workers
+		if c, cpu := be.(register.CPU); cpu {
+			workers = c.Workers
+			if workers <= 0 {
+				workers = runtime.GOMAXPROCS(0)
+			}
 		}
+		m = cpuMem(g, workers)
 	}
-	return cpuMem(g, workers)
+	m.Fixed, m.Lazy = r.Fixed, r.Lazy
+	return m
+}
+
+// deviceName is the device of the sentinel and logs: "gpu" for a backend
+// whose data is on the device, else "cpu".
+func deviceName(be register.Backend) string {
+	if membudget.EngineMemoryOf(be, cpuEngineMemory).OnDevice {
+		return "gpu"
+	}
+	return "cpu"
 }
 
 // memPlan is how the pipeline is sized.
@@ -174,8 +185,8 @@ type memModel struct {
 
 // newMemModel is the model of backend be on geometry g; resident is the
 // process's resident set now (0: unknown), with the engine open.
-func newMemModel(be register.Backend, device string, g geometry, resident, budget int64, source string) memModel {
-	em := engineMemory(be, device, g)
+func newMemModel(be register.Backend, g geometry, resident, budget int64, source string) memModel {
+	em := engineMemory(be, g)
 	em.Fixed = max(em.Fixed, resident+em.Lazy)
 	P := g.plane()
 	read := P + readScratch

@@ -44,6 +44,22 @@
 // registration leaves its DAPI agreeing worse with the reference than
 // before (NCC after < NCC before), with its metrics. Nothing is written
 // then (no silent copy of unregistered images).
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: Options.Engine, a register.Backend (register.CPU the
+// reference, the CUDA engine's Registrar); memory.go (cpuEngineMemory,
+// engineMemory, deviceName, choose); Run in steps (discover, checkSizes,
+// the memory plan, registerAll, writeOME, the sentinel).
 package regstage
 
 import (
@@ -105,14 +121,14 @@ func OutDir(project string) string {
 
 // Options configure Run.
 type Options struct {
-	Config  *config.Config
-	Backend register.Backend
+	Config *config.Config
+	// Engine registers and warps on one device (register.CPU, or the
+	// CUDA engine's Registrar); what it reports of its memory
+	// (membudget.MemoryReporter) picks the memory model and the sentinel's
+	// device ("gpu" for data on the device, else "cpu").
+	Engine  register.Backend
 	Workers int
 	Logger  *slog.Logger
-	// Device names the device for the sentinel and logs ("gpu" or "cpu");
-	// "gpu" with a backend other than register.CPU also picks the GPU's
-	// memory model.
-	Device string
 	// MemBudget is the host memory (resident set, bytes) the stage may use
 	// (cliutil.MemBudget: --mem-budget, SLURM, cgroup, physical memory):
 	// the read-ahead and write-behind are sized from it, and a budget below
@@ -288,7 +304,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, ci := range cycles {
 		geom.Channels = max(geom.Channels, len(ci.files))
 	}
-	mm := newMemModel(o.Backend, o.Device, geom, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
+	mm := newMemModel(o.Engine, geom, membudget.RSS(), o.MemBudget, o.MemBudgetSource)
 	plan, err := mm.choose()
 	if err != nil {
 		return nil, err
@@ -314,7 +330,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		method = "rigid"
 	}
 	lg.Info("registration", "cycles", len(cycles), "reference", res.Reference, "size", fmt.Sprintf("%dx%d", w, h),
-		"backend", o.Backend.Name(), "method", method, "workers", workers)
+		"backend", o.Engine.Name(), "method", method, "workers", workers)
 
 	if len(cycles) == 1 {
 		method = "copy_single_cycle"
@@ -341,7 +357,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Seconds = time.Since(t0).Seconds()
 	if err := staging.WriteSentinel(filepath.Join(d.Path, ".snakemake_complete"), [][2]string{
 		{"stage", "registration"}, {"cycles", strings.Join(names, ",")}, {"reference_cycle", strconv.Itoa(res.Reference)},
-		{"method", method}, {"device", o.Device}, {"backend", o.Backend.Name()}, {"size", fmt.Sprintf("%dx%d", w, h)},
+		{"method", method}, {"device", deviceName(o.Engine)}, {"backend", o.Engine.Name()}, {"size", fmt.Sprintf("%dx%d", w, h)},
 		{"seconds", fmt.Sprintf("%.1f", res.Seconds)},
 	}); err != nil {
 		return nil, err
@@ -498,7 +514,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 	if err != nil {
 		return err
 	}
-	ref, err := register.NewReference(ctx, o.Backend, refImg, p)
+	ref, err := register.NewReference(ctx, o.Engine, refImg, p)
 	if err != nil {
 		return err
 	}
@@ -563,7 +579,7 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 		cancel()
 		<-readDone
 	}()
-	r, err := register.Register(ctx, o.Backend, ref, dapi, p)
+	r, err := register.Register(ctx, o.Engine, ref, dapi, p)
 	if err != nil {
 		return fmt.Errorf("cycle %d: %w", ci.cycle, err)
 	}
@@ -587,7 +603,7 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 			pl.give(pl.out)
 			return nil, err
 		}
-		warped, err := o.Backend.Warp(ctx, []*raster.Gray16{g}, &r.Mapping, h, w)
+		warped, err := o.Engine.Warp(ctx, []*raster.Gray16{g}, &r.Mapping, h, w)
 		pl.give(pl.in)
 		if err != nil {
 			pl.give(pl.out)

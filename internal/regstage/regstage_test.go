@@ -36,7 +36,7 @@ func project(t *testing.T, n int) (*config.Config, *synth.RegScene) {
 }
 
 func run(cfg *config.Config, be register.Backend) (*Result, error) {
-	return Run(context.Background(), Options{Config: cfg, Backend: be, Workers: 2, Device: "cpu"})
+	return Run(context.Background(), Options{Config: cfg, Engine: be, Workers: 2})
 }
 
 func TestRun(t *testing.T) {

@@ -7,13 +7,16 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
 // Engine runs the heavy steps of the stage on one device. Raw tiles travel
 // as uint16 counts (half the bytes of float32 on the way to a GPU);
-// profiles' darkfields are in normalised units (counts/65535).
+// profiles' darkfields are in normalised units (counts/65535). The CUDA
+// engine (*gpu.Engine) satisfies it as it is; an engine may also report its
+// host memory (membudget.MemoryReporter, see memory.go).
 type Engine interface {
 	// Name says which device and implementation run, for logs.
 	Name() string
@@ -46,6 +49,9 @@ func NewCPUEngine(workers int) *CPUEngine {
 func (e *CPUEngine) Name() string                     { return fmt.Sprintf("cpu (%d workers)", e.Workers) }
 func (e *CPUEngine) Translator() align.PairTranslator { return e.tr }
 func (e *CPUEngine) Close() error                     { return nil }
+
+// EngineMemory reports the CPU engine's host memory to the memory model.
+func (e *CPUEngine) EngineMemory() membudget.EngineMemory { return cpuEngineMemory }
 
 // Fit normalises each plane's tiles and runs the CPU BaSiC fitter.
 func (e *CPUEngine) Fit(ctx context.Context, planes [][]*raster.Gray16, p basic.Params) ([]basic.Profile, error) {

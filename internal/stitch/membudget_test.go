@@ -181,7 +181,7 @@ func TestMemBudgetTooSmall(t *testing.T) {
 // holds a whole batch, and choose takes the first that fits.
 func TestMemPlans(t *testing.T) {
 	g := geometry{Tiles: 63, H: 1440, W: 1920, MosaicH: 7488, MosaicW: 12672, Workers: 16, WorkingDim: 128}
-	for name, eng := range map[string]Engine{"cpu": NewCPUEngine(16), "gpu": &GPUEngine{}} {
+	for name, eng := range map[string]Engine{"cpu": NewCPUEngine(16), "gpu": deviceEngine{}} {
 		m := newMemModel(eng, g, 0, 0, "")
 		ps := plans(8, 16)
 		if ps[len(ps)-1] != minPlan {
@@ -211,10 +211,16 @@ func TestMemPlans(t *testing.T) {
 	}
 	// The target: a production cycle on the GPU under 6 GiB keeps
 	// the GPU's batch of 8.
-	m := newMemModel(&GPUEngine{}, g, 0, 6<<30, membudget.SourceFlag)
+	m := newMemModel(deviceEngine{}, g, 0, 6<<30, membudget.SourceFlag)
 	p, err := m.choose(8)
 	if err != nil || p.Batch != 8 {
 		t.Errorf("GPU, production cycle, 6 GiB: plan %+v %v", p, err)
 	}
 	t.Logf("gpu: production cycle under 6 GiB: %+v, planned %s", p, membudget.Format(m.need(p)))
 }
+
+// deviceEngine stands for the CUDA engine in model tests: it reports
+// membudget.CUDAEngine (data on the device), as *gpu.Engine does.
+type deviceEngine struct{ *CPUEngine }
+
+func (deviceEngine) EngineMemory() membudget.EngineMemory { return membudget.CUDAEngine }

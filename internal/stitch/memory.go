@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 )
 
@@ -73,39 +72,42 @@ func (g geometry) mosaicPx() int64 { return int64(g.MosaicH) * int64(g.MosaicW) 
 func cpuMem(g geometry) engineMem {
 	ws := int64(g.WorkingDim) * int64(g.WorkingDim)
 	return engineMem{
-		Fixed: 64 << 20,
-		Lazy:  32 << 20,
 		Fit:   g.planePx()*4 + int64(g.Tiles)*ws*8*2 + 4*g.tilePx()*4,
 		Blend: g.planePx()*4 + g.mosaicPx()*4 + int64(g.Workers)*int64(g.MosaicW)*16,
 		Align: g.planePx()*4 + int64(g.Workers)*g.tilePx()*24,
 	}
 }
 
-// gpuMem is the CUDA engine's model: tiles go to the device from their
-// uint16 buffers through fixed pinned staging buffers, and the mosaic comes
-// back as uint16, so the host holds only the profiles, the float32
-// reference plane of the alignment and what the CUDA driver, cuFFT and the
-// JIT-compiled modules map into the process (measured when the stage
-// starts, with the engine open; gpubench prints it).
+// gpuMem is the model of an engine whose data is on the device (the CUDA
+// engine): tiles go to the device from their uint16 buffers through fixed
+// pinned staging buffers, and the mosaic comes back as uint16, so the host
+// holds only the profiles, the float32 reference plane of the alignment
+// and what the engine reports as fixed (the CUDA driver, cuFFT and the
+// JIT-compiled modules; measured when the stage starts, with the engine
+// open; gpubench prints it).
 func gpuMem(g geometry) engineMem {
 	return engineMem{
-		Fixed: 512 << 20,
-		Lazy:  256 << 20,
 		Fit:   2 * g.tilePx() * 4,
 		Blend: int64(g.Workers) << 20,
 		Align: g.planePx()*4 + int64(g.Workers)*g.tilePx()*4,
 	}
 }
 
-// engineMemory picks the model of an engine; an engine the stage does not
-// know gets the CPU's, the larger.
+// cpuEngineMemory is the CPU engine's report (the runtime): also that of
+// an engine that reports nothing.
+var cpuEngineMemory = membudget.EngineMemory{Fixed: 64 << 20, Lazy: 32 << 20}
+
+// engineMemory is the model of an engine from what it reports
+// (membudget.EngineMemoryOf): gpuMem with its data on the device, else
+// cpuMem (the larger), with the reported fixed and lazy bytes.
 func engineMemory(e Engine, g geometry) engineMem {
-	switch e.(type) {
-	case *GPUEngine, *gpu.Engine:
-		return gpuMem(g)
-	default:
-		return cpuMem(g)
+	r := membudget.EngineMemoryOf(e, cpuEngineMemory)
+	m := cpuMem(g)
+	if r.OnDevice {
+		m = gpuMem(g)
 	}
+	m.Fixed, m.Lazy = r.Fixed, r.Lazy
+	return m
 }
 
 // memPlan is how the pipeline is sized.

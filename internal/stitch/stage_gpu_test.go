@@ -5,6 +5,8 @@ package stitch
 import (
 	"path/filepath"
 	"testing"
+
+	cuda "github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 )
 
 // gpuStageTol: what the CUDA stage must hold against the CPU stage on the
@@ -29,7 +31,7 @@ var gpuStageTol = stageTol{Pos: 0.05, Flat: 1e-3, Dark: 1, Self: 1, Abs: 2, Rel:
 // and compares every output file within gpuStageTol.
 func TestStageGPUMatchesCPU(t *testing.T) {
 	cfg := project(t)
-	g, err := OpenGPU(0, false)
+	g, err := cuda.Open(cuda.Options{Device: 0}) // *gpu.Engine is a stitch Engine
 	if err != nil {
 		t.Fatal(err)
 	}

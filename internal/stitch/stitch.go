@@ -12,6 +12,21 @@
 //
 // Everything is written into a staging directory beside cycNN and renamed into
 // place when the whole cycle succeeded, so a failure leaves no partial output.
+//
+// Adding a stage (a fifth, e.g. background subtraction): copy this
+// package's shape, as every stage package has it; internal/README.md has
+// the whole recipe. In short: the engine interface is the stage's own (or
+// its algorithm package's), with host types only, and *gpu.Engine satisfies
+// it as it is (no stage imports internal/gpu); a richer device-buffer form
+// is an interface found by assertion; the memory model (memory.go) takes
+// what the engine reports (membudget.EngineMemoryOf: data on the device or
+// not, fixed host bytes); the executable resolves the device once through
+// internal/cliutil/stagecli; Run is a few steps (checks and memory plan
+// before any output, staging, the work, sentinel, commit).
+//
+// Template pieces here: Engine (engine.go; CPUEngine the reference),
+// memory.go (cpuEngineMemory, engineMemory, memModel.choose), Run in steps
+// (newCycleRun, alignReference, planPipeline, pipeline, batchPlanes).
 package stitch
 
 import (
@@ -93,264 +108,365 @@ func OutDir(project string, cycle int) string {
 	return filepath.Join(project, "data", "processed", "stitched", config.CycleName(cycle))
 }
 
-// Run stitches one cycle.
+// Run stitches one cycle: discovery and the memory check (newCycleRun),
+// the reference plane's fit and the alignment (alignReference), the plan
+// with the measured mosaic (planPipeline), every plane read ahead, fitted,
+// blended and written behind (pipeline), then the sentinel and the commit.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	start := time.Now()
-	cfg, lg := o.Config, o.Logger
-	if lg == nil {
-		lg = slog.Default()
-	}
-	workers := max(1, o.Workers)
-	batch := o.Batch
-	if batch <= 0 {
-		batch = workers
-	}
-	cyc, err := dataset.Discover(ctx, cfg.ProjectDir, o.Cycle, dataset.Options{
-		Rows: cfg.TileRows, Cols: cfg.TileCols, Channels: cfg.Channels, NZPlanes: cfg.NZPlanes, Workers: workers})
+	r, err := newCycleRun(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	lg.Info("cycle found", "cycle", o.Cycle, "dir", cyc.Dir, "tiles", cyc.Tiles(), "grid", fmt.Sprintf("%dx%d", cyc.Rows, cyc.Cols),
-		"tile_px", fmt.Sprintf("%dx%d", cyc.W, cyc.H), "z", len(cyc.Z), "channels", cyc.Channels, "engine", o.Engine.Name())
+	defer membudget.SetGoLimit(r.mm.goLimit())()
 
-	// The memory plan, first from the nominal mosaic size: a budget below
-	// the smallest working set stops here, before any output.
-	nPlanes := len(cyc.Channels) * len(cyc.Z)
-	geom := geometry{Tiles: cyc.Tiles(), H: cyc.H, W: cyc.W, Workers: workers, WorkingDim: basicParams(cfg).WorkingSize}
-	geom.MosaicH, geom.MosaicW = nominalMosaic(cyc.Rows, cyc.H, cfg), nominalMosaic(cyc.Cols, cyc.W, cfg)
-	resident := membudget.RSS() // the engine is open: its context and libraries are in
-	mm := newMemModel(o.Engine, geom, resident, o.MemBudget, o.MemBudgetSource)
-	if _, err := mm.choose(min(batch, nPlanes)); err != nil {
-		return nil, err
-	}
-	defer membudget.SetGoLimit(mm.goLimit())()
-
-	final := OutDir(cfg.ProjectDir, o.Cycle)
+	final := OutDir(r.cfg.ProjectDir, o.Cycle)
 	stage, err := staging.NewContext(ctx, final)
 	if err != nil {
 		return nil, err
 	}
 	// Background writes must finish before a failed cycle's staging
 	// directory is removed, or a late write would recreate it.
-	var w *writer
 	defer func() {
-		if w != nil {
-			w.wait()
+		if r.w != nil {
+			r.w.wait()
 		}
 		stage.Abort()
 	}()
-
-	// Reference plane: first channel (DAPI) at the middle z-plane, 1-based
-	// n//2 as in the original (20 planes -> Z10).
-	ref := plane{cyc.Channels[0], cyc.Z[max(1, len(cyc.Z)/2)-1]}
-	bp := basicParams(cfg)
-	var tm Timings
-	t0 := time.Now()
-	refTiles, err := cyc.ReadPlane(ctx, ref.z, ref.ch, workers)
+	if err := r.alignReference(ctx, stage.Path); err != nil {
+		return nil, err
+	}
+	mp, err := r.planPipeline()
 	if err != nil {
 		return nil, err
 	}
-	tm.Read += since(t0)
-	t0 = time.Now()
-	refits := 0
-	fit := func(planes [][]*raster.Gray16, ids []plane) ([]basic.Profile, error) {
-		profs, err := o.Engine.Fit(ctx, planes, bp)
-		if err != nil {
-			return nil, err
-		}
-		n, err := refitUniform(ctx, o.Engine, planes, ids, profs, bp, lg)
-		refits += n
-		return profs, err
-	}
-	refProf, err := fit([][]*raster.Gray16{refTiles}, []plane{ref})
-	if err != nil {
-		return nil, fmt.Errorf("cycle %d CH%d Z%d: basic fit: %w", o.Cycle, ref.ch, ref.z, err)
-	}
-	tm.Fit += since(t0)
-	if o.MemBudget > 0 {
-		runtime.GC() // the fit's copies, before the alignment's
-	}
-	t0 = time.Now()
-	pos, err := alignTiles(ctx, o, cyc, refTiles, &refProf[0], workers)
+	r.w = newWriter(mp.Writes)
+	inMem, err := r.pipeline(ctx, mp, stage.Path, start)
 	if err != nil {
 		return nil, err
 	}
-	tm.Align = since(t0)
-	lg.Info("tiles aligned", "cycle", o.Cycle, "ref_channel", ref.ch, "ref_z", ref.z, "seconds", fmt.Sprintf("%.2f", tm.Align))
-	if err := writePositions(filepath.Join(stage.Path, "tile_positions.csv"), cyc, pos); err != nil {
-		return nil, err
-	}
-	// The reference plane is read again in its turn: holding it through
-	// the first channel would cost a plane of the budget.
-	refTiles = nil
-	if o.MemBudget > 0 {
-		runtime.GC() // the alignment's working set, before the pipeline's
-	}
-
-	// The plan again with the measured mosaic size.
-	geom.MosaicH, geom.MosaicW = mosaicSize(pos, cyc.H, cyc.W)
-	mm = newMemModel(o.Engine, geom, resident, o.MemBudget, o.MemBudgetSource)
-	mp, err := mm.choose(min(batch, nPlanes))
-	if err != nil {
-		return nil, err
-	}
-	lg.Info("memory plan", "cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
-		"batch", mp.Batch, "planes_in_memory", mp.Planes, "write_slots", mp.Writes,
-		"planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.e.Fixed), "go_limit", membudget.Format(mm.goLimit()),
-		"raw_plane", membudget.Format(mm.raw), "mosaic", fmt.Sprintf("%dx%d px, %s", geom.MosaicW, geom.MosaicH, membudget.Format(mm.mosaic)))
-	w = newWriter(mp.Writes)
-
-	var planes []plane
-	for _, ch := range cyc.Channels {
-		for _, z := range cyc.Z {
-			planes = append(planes, plane{ch, z})
-		}
-	}
-	blendP := blend.Params{Sigma: cfg.BlendSigma, OverlapY: cfg.TileOverlap, OverlapX: cfg.TileOverlap}
-	flatMin := float32(cfg.BasicFlatfieldMin)
-
-	// Read planes ahead of compute into at most mp.Planes plane slots: a
-	// slot is taken before a plane is read and given back as soon as the
-	// plane is blended, so raw tiles never exceed the plan.
-	type planeData struct {
-		pl    plane
-		tiles []*raster.Gray16
-		err   error
-	}
-	ready := make(chan planeData, len(planes))
-	slots := make(chan struct{}, mp.Planes)
-	readCtx, cancelRead := context.WithCancel(ctx)
-	defer cancelRead()
-	var readSecs float64
-	var inMem, maxInMem atomic.Int64 // planes read and not yet blended
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		for _, pl := range planes {
-			select {
-			case slots <- struct{}{}:
-			case <-readCtx.Done():
-				return
-			}
-			if n := inMem.Add(1); n > maxInMem.Load() {
-				maxInMem.Store(n) // only this goroutine stores
-			}
-			t0 := time.Now()
-			tiles, err := cyc.ReadPlane(readCtx, pl.z, pl.ch, workers)
-			readSecs += since(t0)
-			ready <- planeData{pl: pl, tiles: tiles, err: err}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	// readSecs is read after the reader is done.
-	defer func() { cancelRead(); <-readDone }()
-
-	// Under a budget, garbage (a plane's tiles, the CPU engine's float
-	// copies) is collected as soon as it is made instead of when the heap
-	// nears the Go limit: a collection of this mostly pointer-free heap
-	// takes milliseconds, and a plane's worth of allocations arriving
-	// during a late collection would overshoot the limit.
-	collect := func() {
-		if o.MemBudget > 0 {
-			runtime.GC()
-		}
-	}
-	done, fallbacks := 0, 0
-	for lo := 0; lo < len(planes); lo += mp.Batch {
-		n := min(mp.Batch, len(planes)-lo)
-		b := make([]planeData, 0, n)
-		for range n {
-			var d planeData
-			select {
-			case d = <-ready:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			if d.err != nil {
-				return nil, d.err
-			}
-			b = append(b, d)
-		}
-		// Fit every plane of the batch except the reference, already fitted.
-		var fitPlanes [][]*raster.Gray16
-		var fitIDs []plane
-		for _, d := range b {
-			if d.pl != ref {
-				fitPlanes = append(fitPlanes, d.tiles)
-				fitIDs = append(fitIDs, d.pl)
-			}
-		}
-		t0 := time.Now()
-		var profs []basic.Profile
-		if len(fitPlanes) > 0 {
-			if profs, err = fit(fitPlanes, fitIDs); err != nil {
-				return nil, fmt.Errorf("cycle %d: basic fit of %v: %w", o.Cycle, fitIDs, err)
-			}
-		}
-		fitPlanes = nil
-		collect()
-		tm.Fit += since(t0)
-		k := 0
-		for i := range b {
-			pl := b[i].pl
-			prof := &refProf[0]
-			if pl != ref {
-				prof = &profs[k]
-				k++
-			}
-			if uniformFlat(prof) {
-				// BaSiC's own guard (a flatfield with negative values is
-				// replaced by ones): the plane is corrected for darkfield only.
-				fallbacks++
-				lg.Warn("BaSiC flatfield fell back to uniform (the fit gave negative values); plane corrected for darkfield only",
-					"cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
-			}
-			t0 := time.Now()
-			mosaic, err := o.Engine.CorrectAndBlend(ctx, b[i].tiles, prof, flatMin, pos, blendP)
-			if err != nil {
-				return nil, fmt.Errorf("cycle %d CH%d Z%d: correct and blend: %w", o.Cycle, pl.ch, pl.z, err)
-			}
-			tm.CorrectBlend += since(t0)
-			// The plane's raw tiles are no longer needed: free its slot.
-			b[i].tiles = nil
-			collect()
-			inMem.Add(-1)
-			<-slots
-			chDir := filepath.Join(stage.Path, fmt.Sprintf("CH%d", pl.ch))
-			w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic, filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
-			mosaic = nil
-			if err := w.err(); err != nil {
-				return nil, err
-			}
-			done++
-			lg.Debug("plane done", "cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "done", done, "of", len(planes),
-				"basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
-		}
-		profs = nil
-		lg.Info("progress", "cycle", o.Cycle, "planes", fmt.Sprintf("%d/%d", done, len(planes)), "elapsed_s", fmt.Sprintf("%.1f", since(start)))
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := w.wait(); err != nil {
-		return nil, err
-	}
-	cancelRead()
-	<-readDone
-	tm.Read += readSecs
-	tm.Write = w.seconds()
-	tm.Total = since(start)
-	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, cyc, o.Engine.Name(), tm, refits, fallbacks); err != nil {
+	r.tm.Write = r.w.seconds()
+	r.tm.Total = since(start)
+	if err := writeSentinel(filepath.Join(stage.Path, ".snakemake_complete"), o, r.cyc, o.Engine.Name(), r.tm, r.refits, r.fallbacks); err != nil {
 		return nil, err
 	}
 	if err := stage.Commit(); err != nil {
 		return nil, err
 	}
-	lg.Info("cycle stitched", "cycle", o.Cycle, "out", final, "planes", len(planes),
+	tm := r.tm
+	r.lg.Info("cycle stitched", "cycle", o.Cycle, "out", final, "planes", r.nPlanes,
 		"read_s", f2(tm.Read), "fit_s", f2(tm.Fit), "align_s", f2(tm.Align), "correct_blend_s", f2(tm.CorrectBlend), "write_s", f2(tm.Write), "total_s", f2(tm.Total))
-	return &Result{OutDir: final, Positions: pos, Planes: len(planes), Timings: tm, PlanesInMemory: int(maxInMem.Load())}, nil
+	return &Result{OutDir: final, Positions: r.pos, Planes: r.nPlanes, Timings: tm, PlanesInMemory: inMem}, nil
+}
+
+// cycleRun is one Run's state, step to step.
+type cycleRun struct {
+	o        Options
+	cfg      *config.Config
+	lg       *slog.Logger
+	workers  int
+	batch    int // planes fitted together, as asked (the plan may lower it)
+	cyc      *dataset.Cycle
+	nPlanes  int
+	geom     geometry
+	resident int64 // resident set with the engine open, bytes
+	mm       memModel
+	bp       basic.Params
+
+	ref     plane           // the reference plane (fitted first, aligned on)
+	refProf []basic.Profile // its profile
+	pos     []raster.Point  // tile positions, px
+	tm      Timings
+	refits  int // profiles replaced by a refit (refitUniform)
+	// fallbacks counts planes whose flatfield came back uniform.
+	fallbacks int
+	w         *writer
+}
+
+// newCycleRun discovers the cycle and checks the memory plan from the
+// nominal mosaic size: a budget below the smallest working set stops here,
+// before any output.
+func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
+	r := &cycleRun{o: o, cfg: o.Config, lg: o.Logger, workers: max(1, o.Workers), batch: o.Batch}
+	if r.lg == nil {
+		r.lg = slog.Default()
+	}
+	if r.batch <= 0 {
+		r.batch = r.workers
+	}
+	cfg := r.cfg
+	cyc, err := dataset.Discover(ctx, cfg.ProjectDir, o.Cycle, dataset.Options{
+		Rows: cfg.TileRows, Cols: cfg.TileCols, Channels: cfg.Channels, NZPlanes: cfg.NZPlanes, Workers: r.workers})
+	if err != nil {
+		return nil, err
+	}
+	r.cyc = cyc
+	r.lg.Info("cycle found", "cycle", o.Cycle, "dir", cyc.Dir, "tiles", cyc.Tiles(), "grid", fmt.Sprintf("%dx%d", cyc.Rows, cyc.Cols),
+		"tile_px", fmt.Sprintf("%dx%d", cyc.W, cyc.H), "z", len(cyc.Z), "channels", cyc.Channels, "engine", o.Engine.Name())
+
+	r.nPlanes = len(cyc.Channels) * len(cyc.Z)
+	r.bp = basicParams(cfg)
+	r.geom = geometry{Tiles: cyc.Tiles(), H: cyc.H, W: cyc.W, Workers: r.workers, WorkingDim: r.bp.WorkingSize}
+	r.geom.MosaicH, r.geom.MosaicW = nominalMosaic(cyc.Rows, cyc.H, cfg), nominalMosaic(cyc.Cols, cyc.W, cfg)
+	r.resident = membudget.RSS() // the engine is open: its context and libraries are in
+	r.mm = newMemModel(o.Engine, r.geom, r.resident, o.MemBudget, o.MemBudgetSource)
+	if _, err := r.mm.choose(min(r.batch, r.nPlanes)); err != nil {
+		return nil, err
+	}
+	// Reference plane: first channel (DAPI) at the middle z-plane, 1-based
+	// n//2 as in the original (20 planes -> Z10).
+	r.ref = plane{cyc.Channels[0], cyc.Z[max(1, len(cyc.Z)/2)-1]}
+	return r, nil
+}
+
+// fit fits planes (ids name them) and refits those the darkest-image rule
+// did not converge on (refitUniform).
+func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, ids []plane) ([]basic.Profile, error) {
+	profs, err := r.o.Engine.Fit(ctx, planes, r.bp)
+	if err != nil {
+		return nil, err
+	}
+	n, err := refitUniform(ctx, r.o.Engine, planes, ids, profs, r.bp, r.lg)
+	r.refits += n
+	return profs, err
+}
+
+// gc collects garbage now under a budget: a collection of this mostly
+// pointer-free heap takes milliseconds, and a plane's worth of allocations
+// arriving during a late collection would overshoot the Go limit.
+func (r *cycleRun) gc() {
+	if r.o.MemBudget > 0 {
+		runtime.GC()
+	}
+}
+
+// alignReference reads and fits the reference plane, aligns the cycle's
+// tiles on it and writes tile_positions.csv into dir.
+func (r *cycleRun) alignReference(ctx context.Context, dir string) error {
+	o, ref := r.o, r.ref
+	t0 := time.Now()
+	refTiles, err := r.cyc.ReadPlane(ctx, ref.z, ref.ch, r.workers)
+	if err != nil {
+		return err
+	}
+	r.tm.Read += since(t0)
+	t0 = time.Now()
+	r.refProf, err = r.fit(ctx, [][]*raster.Gray16{refTiles}, []plane{ref})
+	if err != nil {
+		return fmt.Errorf("cycle %d CH%d Z%d: basic fit: %w", o.Cycle, ref.ch, ref.z, err)
+	}
+	r.tm.Fit += since(t0)
+	r.gc() // the fit's copies, before the alignment's
+	t0 = time.Now()
+	r.pos, err = alignTiles(ctx, o, r.cyc, refTiles, &r.refProf[0], r.workers)
+	if err != nil {
+		return err
+	}
+	r.tm.Align = since(t0)
+	r.lg.Info("tiles aligned", "cycle", o.Cycle, "ref_channel", ref.ch, "ref_z", ref.z, "seconds", fmt.Sprintf("%.2f", r.tm.Align))
+	if err := writePositions(filepath.Join(dir, "tile_positions.csv"), r.cyc, r.pos); err != nil {
+		return err
+	}
+	// The reference plane is read again in its turn: holding it through
+	// the first channel would cost a plane of the budget.
+	refTiles = nil
+	r.gc() // the alignment's working set, before the pipeline's
+	return nil
+}
+
+// planPipeline chooses the plan again with the measured mosaic size and
+// logs it.
+func (r *cycleRun) planPipeline() (memPlan, error) {
+	o, geom := r.o, &r.geom
+	geom.MosaicH, geom.MosaicW = mosaicSize(r.pos, r.cyc.H, r.cyc.W)
+	r.mm = newMemModel(o.Engine, *geom, r.resident, o.MemBudget, o.MemBudgetSource)
+	mm := r.mm
+	mp, err := mm.choose(min(r.batch, r.nPlanes))
+	if err != nil {
+		return mp, err
+	}
+	r.lg.Info("memory plan", "cycle", o.Cycle, "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
+		"batch", mp.Batch, "planes_in_memory", mp.Planes, "write_slots", mp.Writes,
+		"planned", membudget.Format(mm.need(mp)), "fixed", membudget.Format(mm.e.Fixed), "go_limit", membudget.Format(mm.goLimit()),
+		"raw_plane", membudget.Format(mm.raw), "mosaic", fmt.Sprintf("%dx%d px, %s", geom.MosaicW, geom.MosaicH, membudget.Format(mm.mosaic)))
+	return mp, nil
+}
+
+// planeData is one plane read ahead: its raw tiles, or the error reading
+// them.
+type planeData struct {
+	pl    plane
+	tiles []*raster.Gray16
+	err   error
+}
+
+// reader reads planes ahead of compute into at most a plan's plane slots:
+// a slot is taken before a plane is read and given back (done) as soon as
+// the plane is blended, so raw tiles never exceed the plan.
+type reader struct {
+	ready    chan planeData
+	slots    chan struct{}
+	cancel   context.CancelFunc
+	finished chan struct{}
+	secs     float64      // reading time; read after stop
+	inMem    atomic.Int64 // planes read and not yet blended
+	maxInMem atomic.Int64
+}
+
+// startReader starts reading planes on workers goroutines per plane.
+func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots, workers int) *reader {
+	rd := &reader{ready: make(chan planeData, len(planes)), slots: make(chan struct{}, slots), finished: make(chan struct{})}
+	readCtx, cancel := context.WithCancel(ctx)
+	rd.cancel = cancel
+	go func() {
+		defer close(rd.finished)
+		for _, pl := range planes {
+			select {
+			case rd.slots <- struct{}{}:
+			case <-readCtx.Done():
+				return
+			}
+			if n := rd.inMem.Add(1); n > rd.maxInMem.Load() {
+				rd.maxInMem.Store(n) // only this goroutine stores
+			}
+			t0 := time.Now()
+			tiles, err := cyc.ReadPlane(readCtx, pl.z, pl.ch, workers)
+			rd.secs += since(t0)
+			rd.ready <- planeData{pl: pl, tiles: tiles, err: err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return rd
+}
+
+// next returns the next plane read, in order.
+func (rd *reader) next(ctx context.Context) (planeData, error) {
+	select {
+	case d := <-rd.ready:
+		return d, d.err
+	case <-ctx.Done():
+		return planeData{}, ctx.Err()
+	}
+}
+
+// done gives a blended plane's slot back.
+func (rd *reader) done() {
+	rd.inMem.Add(-1)
+	<-rd.slots
+}
+
+// stop stops the reader and waits for it to end.
+func (rd *reader) stop() {
+	rd.cancel()
+	<-rd.finished
+}
+
+// pipeline runs every plane of the cycle under mp: read ahead, fitted in
+// batches (the reference plane keeps its profile), corrected and blended,
+// and written behind into dir. It returns the most planes of raw tiles
+// held at once.
+func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, dir string, start time.Time) (int, error) {
+	var planes []plane
+	for _, ch := range r.cyc.Channels {
+		for _, z := range r.cyc.Z {
+			planes = append(planes, plane{ch, z})
+		}
+	}
+	rd := startReader(ctx, r.cyc, planes, mp.Planes, r.workers)
+	// rd.secs is read after the reader is done.
+	defer rd.stop()
+	done := 0
+	for lo := 0; lo < len(planes); lo += mp.Batch {
+		n := min(mp.Batch, len(planes)-lo)
+		b := make([]planeData, 0, n)
+		for range n {
+			d, err := rd.next(ctx)
+			if err != nil {
+				return 0, err
+			}
+			b = append(b, d)
+		}
+		if err := r.batchPlanes(ctx, b, rd, dir, &done, len(planes)); err != nil {
+			return 0, err
+		}
+		r.lg.Info("progress", "cycle", r.o.Cycle, "planes", fmt.Sprintf("%d/%d", done, len(planes)), "elapsed_s", fmt.Sprintf("%.1f", since(start)))
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := r.w.wait(); err != nil {
+		return 0, err
+	}
+	rd.stop()
+	r.tm.Read += rd.secs
+	return int(rd.maxInMem.Load()), nil
+}
+
+// batchPlanes fits a batch's planes (all but the reference, already
+// fitted), then corrects, blends and hands each to the writer, giving its
+// slot back as soon as it is blended; done counts the planes finished of
+// total.
+func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, dir string, done *int, total int) error {
+	o, ref := r.o, r.ref
+	var fitPlanes [][]*raster.Gray16
+	var fitIDs []plane
+	for _, d := range b {
+		if d.pl != ref {
+			fitPlanes = append(fitPlanes, d.tiles)
+			fitIDs = append(fitIDs, d.pl)
+		}
+	}
+	t0 := time.Now()
+	var profs []basic.Profile
+	if len(fitPlanes) > 0 {
+		var err error
+		if profs, err = r.fit(ctx, fitPlanes, fitIDs); err != nil {
+			return fmt.Errorf("cycle %d: basic fit of %v: %w", o.Cycle, fitIDs, err)
+		}
+	}
+	fitPlanes = nil
+	r.gc()
+	r.tm.Fit += since(t0)
+	blendP := blend.Params{Sigma: r.cfg.BlendSigma, OverlapY: r.cfg.TileOverlap, OverlapX: r.cfg.TileOverlap}
+	flatMin := float32(r.cfg.BasicFlatfieldMin)
+	k := 0
+	for i := range b {
+		pl := b[i].pl
+		prof := &r.refProf[0]
+		if pl != ref {
+			prof = &profs[k]
+			k++
+		}
+		if uniformFlat(prof) {
+			// BaSiC's own guard (a flatfield with negative values is
+			// replaced by ones): the plane is corrected for darkfield only.
+			r.fallbacks++
+			r.lg.Warn("BaSiC flatfield fell back to uniform (the fit gave negative values); plane corrected for darkfield only",
+				"cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
+		}
+		t0 := time.Now()
+		mosaic, err := o.Engine.CorrectAndBlend(ctx, b[i].tiles, prof, flatMin, r.pos, blendP)
+		if err != nil {
+			return fmt.Errorf("cycle %d CH%d Z%d: correct and blend: %w", o.Cycle, pl.ch, pl.z, err)
+		}
+		r.tm.CorrectBlend += since(t0)
+		// The plane's raw tiles are no longer needed: free its slot.
+		b[i].tiles = nil
+		r.gc()
+		rd.done()
+		chDir := filepath.Join(dir, fmt.Sprintf("CH%d", pl.ch))
+		r.w.plane(filepath.Join(chDir, fmt.Sprintf("%02d.tif", pl.z)), mosaic, filepath.Join(chDir, "basic", fmt.Sprintf("%02d", pl.z)), prof)
+		mosaic = nil
+		if err := r.w.err(); err != nil {
+			return err
+		}
+		*done++
+		r.lg.Debug("plane done", "cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "done", *done, "of", total,
+			"basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
+	}
+	return nil
 }
 
 // alignTiles corrects the reference plane on the CPU and aligns its tiles.

@@ -69,6 +69,12 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 	cliutil.Main(app)
 }
 
+// The CUDA engine is the stage's engine with both richer forms.
+var (
+	_ deconstage.PlaneEngine  = (*gpu.Engine)(nil)
+	_ deconstage.Gray16Engine = (*gpu.Engine)(nil)
+)
+
 type opts struct {
 	stagecli.Opts
 	configPath string
@@ -83,33 +89,33 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 	return fn(opts{Opts: so, configPath: c.String("config"), memCapMB: c.Int("gpu-mem-cap")})
 }
 
-// setup loads the config, decides the workers and opens the engine;
-// release frees it.
-func setup(o opts) (cfg *config.Config, workers int, eng deconstage.Engine, cpu bool, release func(), err error) {
+// setup loads the config, decides the workers and the device and opens
+// the engine; release frees it.
+func setup(o opts) (cfg *config.Config, workers int, eng deconstage.Engine, dev cliutil.Device, release func() error, err error) {
 	if cfg, err = cliutil.LoadConfig(o.configPath); err != nil {
-		return nil, 0, nil, false, nil, err
+		return nil, 0, nil, "", nil, err
 	}
 	n, dev, err := o.Resolve()
 	if err != nil {
-		return nil, 0, nil, false, nil, err
+		return nil, 0, nil, "", nil, err
 	}
 	if o.memCapMB < 0 || o.memCapMB > maxGPUMemCapMB {
-		return nil, 0, nil, false, nil, cliutil.Usagef("--gpu-mem-cap %d: want 0..%d MB", o.memCapMB, maxGPUMemCapMB)
+		return nil, 0, nil, "", nil, cliutil.Usagef("--gpu-mem-cap %d: want 0..%d MB", o.memCapMB, maxGPUMemCapMB)
 	}
 	if o.memCapMB > 0 {
 		if dev == cliutil.DeviceCPU {
-			return nil, 0, nil, false, nil, cliutil.Usagef("--gpu-mem-cap applies to the GPU; with --device cpu set decon.memory_budget_mb")
+			return nil, 0, nil, "", nil, cliutil.Usagef("--gpu-mem-cap applies to the GPU; with --device cpu set decon.memory_budget_mb")
 		}
 		cfg.Decon.MemoryBudgetMB = o.memCapMB
 		o.Logger.Info("GPU memory cap", "MB", o.memCapMB, "source", "--gpu-mem-cap")
 	}
 	eng, release, err = stagecli.Open(o.Opts, dev,
 		func() deconstage.Engine { return deconstage.CPUEngine{Workers: n} },
-		func(e *gpu.Engine) deconstage.Engine { return deconstage.NewGPUEngine(e) })
+		func(e *gpu.Engine) deconstage.Engine { return e })
 	if err != nil {
-		return nil, 0, nil, false, nil, err
+		return nil, 0, nil, "", nil, err
 	}
-	return cfg, n, eng, dev == cliutil.DeviceCPU, release, nil
+	return cfg, n, eng, dev, release, nil
 }
 
 // maxGPUMemCapMB bounds --gpu-mem-cap (1 TiB, far above any GPU) so the
@@ -119,7 +125,7 @@ const maxGPUMemCapMB = 1 << 20
 func asExit(err error) error { return stagecli.InputAsUsage(err, deconstage.ErrInput) }
 
 func runCommand(ctx context.Context, o opts, cycle int) error {
-	cfg, workers, eng, cpu, release, err := setup(o)
+	cfg, workers, eng, dev, release, err := setup(o)
 	if err != nil {
 		return err
 	}
@@ -127,14 +133,10 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 	if err := cliutil.CheckCycle(cfg, cycle); err != nil {
 		return err
 	}
-	dev := cliutil.DeviceGPU
-	if cpu {
-		dev = cliutil.DeviceCPU
-	}
 	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "decon", Cycle: cycle, Device: dev}, nil, o.Logger); err != nil {
 		return err
 	}
-	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.Logger, CPU: cpu,
+	_, err = deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: cycle, Engine: eng, Workers: workers, Logger: o.Logger,
 		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return asExit(err)
 }
@@ -143,7 +145,7 @@ func tileCommand(ctx context.Context, o opts, in, out string, ch int) error {
 	if err := cliutil.CheckOutput("--out", out, in, o.configPath); err != nil {
 		return err
 	}
-	cfg, workers, eng, cpu, release, err := setup(o)
+	cfg, workers, eng, _, release, err := setup(o)
 	if err != nil {
 		return err
 	}
@@ -156,7 +158,7 @@ func tileCommand(ctx context.Context, o opts, in, out string, ch int) error {
 		return asExit(err)
 	}
 	t0 := time.Now()
-	res, s, k, _, err := deconstage.Deconvolve(ctx, eng, cfg, ch, st, cpu, workers)
+	res, s, k, _, err := deconstage.Deconvolve(ctx, eng, cfg, ch, st, workers)
 	if err != nil {
 		return asExit(fmt.Errorf("--in %s: %w", in, err))
 	}

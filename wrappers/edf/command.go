@@ -14,6 +14,9 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
+// The CUDA engine is the stage's Fuser with its device-buffer form.
+var _ edfstage.Streamer = (*gpu.Engine)(nil)
+
 type opts struct {
 	stagecli.Opts
 	configPath string
@@ -28,7 +31,7 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 }
 
 // engine decides the workers and opens the device's Fuser; release frees it.
-func engine(o opts) (f edf.Fuser, workers int, release func(), err error) {
+func engine(o opts) (f edf.Fuser, workers int, release func() error, err error) {
 	n, dev, err := o.Resolve()
 	if err != nil {
 		return nil, 0, nil, err
@@ -68,7 +71,7 @@ func runCommand(ctx context.Context, o opts, cycle int) error {
 	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "edf", Cycle: cycle, Device: dev}, nil, o.Logger); err != nil {
 		return err
 	}
-	_, err = edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: cycle, Fuser: f, Workers: workers, Logger: o.Logger,
+	_, err = edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: cycle, Engine: f, Workers: workers, Logger: o.Logger,
 		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return inputAsUsage(err)
 }

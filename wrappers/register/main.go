@@ -99,7 +99,7 @@ func withSetup(c *cli.Context, fn func(opts) error) error {
 }
 
 // backend decides the workers and opens the engine; close releases it.
-func backend(o opts) (be register.Backend, workers int, dev cliutil.Device, close func(), err error) {
+func backend(o opts) (be register.Backend, workers int, dev cliutil.Device, close func() error, err error) {
 	n, dev, err := o.Resolve()
 	if err != nil {
 		return nil, 0, "", nil, err
@@ -128,7 +128,7 @@ func runCommand(ctx context.Context, o opts, cfgPath string) error {
 	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "registration", Device: dev}, nil, o.Logger); err != nil {
 		return err
 	}
-	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Backend: be, Workers: workers, Logger: o.Logger, Device: string(dev),
+	_, err = regstage.Run(ctx, regstage.Options{Config: cfg, Engine: be, Workers: workers, Logger: o.Logger,
 		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource})
 	return asExit(err)
 }

@@ -8,6 +8,9 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -98,5 +101,19 @@ func TestExecutable(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(pairOut, filepath.Base(moving))); err != nil {
 		t.Errorf("pair output: %v", err)
+	}
+}
+
+// TestGPUBackendReportsMemory: the CUDA engine's registration backend (the
+// one backend() hands the stage on the GPU) reports its data on the
+// device, which picks regstage's GPU memory model and device=gpu in the
+// sentinel; the CPU reference reports nothing and gets the CPU's.
+func TestGPUBackendReportsMemory(t *testing.T) {
+	r, ok := (&gpu.Engine{}).Registrar().(membudget.MemoryReporter)
+	if !ok || r.EngineMemory() != membudget.CUDAEngine {
+		t.Fatalf("the GPU registrar %T does not report membudget.CUDAEngine", (&gpu.Engine{}).Registrar())
+	}
+	if _, ok := any(register.CPU{}).(membudget.MemoryReporter); ok {
+		t.Error("register.CPU reports a memory model: regstage would not plan it with its CPU figures")
 	}
 }

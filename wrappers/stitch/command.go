@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil/stagecli"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
@@ -18,40 +17,28 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
-// commandOptions are what the flags shared by both commands give.
+// commandOptions are what the flags shared by both commands give: the
+// stage set-up (stagecli: workers, memory budget, logging and, for run,
+// the device), the config and the cycle.
 type commandOptions struct {
+	stagecli.Opts
 	ConfigPath string
 	Cycle      int
-	Workers    int // --workers (0: from the environment)
-	MemBudget  int // --mem-budget, MB (0: from the environment)
-	Logger     *slog.Logger
-	// Getenv reads the environment (SLURM_CPUS_PER_TASK, cpus_per_task);
-	// nil means os.Getenv. Tests pass their own.
-	Getenv func(string) string
-
-	budget       int64 // bytes, decided by load
-	budgetSource string
 }
 
-// runOptions are the flags of `run`.
+// runOptions are the flags of `run` beyond the device's.
 type runOptions struct {
-	Device   string
-	GPU      int
-	GPUDebug bool
-	Batch    int
-	// OpenGPU opens the GPU engine; nil means stitch.OpenGPU. Tests pass
-	// their own to run the command without a device.
-	OpenGPU func(index int, debug bool) (stitch.Engine, error)
+	Batch int
+	// OpenGPU opens the GPU engine; nil means stagecli.Open's gpu.Open
+	// (the CUDA engine is a stitch.Engine as it is). Tests pass their own
+	// to run the command without a device.
+	OpenGPU func(gpu.Options) (stitch.Engine, error)
 }
 
-// load reads the config and decides the worker count.
+// load reads the config, checks the cycle and decides the worker count.
 func (o *commandOptions) load() (*config.Config, int, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
 	}
 	cfg, err := cliutil.LoadConfig(o.ConfigPath)
 	if err != nil {
@@ -60,12 +47,8 @@ func (o *commandOptions) load() (*config.Config, int, error) {
 	if !slices.Contains(cfg.Cycles, o.Cycle) {
 		return nil, 0, cliutil.Usagef("--cycle %d: not in the config's cycles %v", o.Cycle, cfg.Cycles)
 	}
-	n, src, err := cliutil.Workers(o.Workers, getenv)
+	n, err := o.ResolveWorkers()
 	if err != nil {
-		return nil, 0, err
-	}
-	o.Logger.Info("workers", "count", n, "source", src)
-	if o.budget, o.budgetSource, err = cliutil.MemBudget(o.MemBudget, getenv, o.Logger); err != nil {
 		return nil, 0, err
 	}
 	return cfg, n, nil
@@ -78,60 +61,42 @@ func runCommand(ctx context.Context, o commandOptions, r runOptions) (err error)
 	if err != nil {
 		return err
 	}
-	dev, err := cliutil.ParseDevice(r.Device)
+	dev, err := o.ResolveDevice()
 	if err != nil {
 		return err
 	}
+	cpu := func() stitch.Engine { return stitch.NewCPUEngine(workers) }
 	var eng stitch.Engine
-	batch := r.Batch
-	switch dev {
-	case cliutil.DeviceGPU:
-		if r.GPU < 0 {
-			return cliutil.Usagef("--gpu %d: want a device index >= 0 among the visible devices", r.GPU)
-		}
-		open := r.OpenGPU
-		if open == nil {
-			open = func(i int, d bool) (stitch.Engine, error) { return stitch.OpenGPU(i, d) }
-		}
-		g, err := open(r.GPU, r.GPUDebug)
-		if err != nil {
-			if errors.Is(err, gpu.ErrNoCUDA) {
-				return cliutil.AsUsage(err)
+	var release func() error
+	if r.OpenGPU == nil {
+		eng, release, err = stagecli.Open(o.Opts, dev, cpu, func(e *gpu.Engine) stitch.Engine { return e })
+	} else {
+		eng, release, err = stagecli.OpenWith(o.Opts, dev, cpu, func(opts gpu.Options) (stitch.Engine, func() error, error) {
+			e, err := r.OpenGPU(opts)
+			if err != nil {
+				return nil, nil, err
 			}
-			return err
-		}
-		eng = g
-		if batch == 0 {
-			batch = stitch.DefaultGPUBatch
-		}
-	case cliutil.DeviceCPU:
-		o.Logger.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")
-		eng = stitch.NewCPUEngine(workers)
+			return e, e.Close, nil
+		})
 	}
-	defer func() {
-		if cerr := eng.Close(); cerr != nil {
-			if err == nil {
-				err = fmt.Errorf("close %s: %w", eng.Name(), cerr)
-			} else {
-				o.Logger.Warn("closing the engine after a failure", "engine", eng.Name(), "err", cerr.Error())
-			}
-		}
-	}()
+	if err != nil {
+		return err
+	}
+	defer o.Release(release, &err)
+	batch := r.Batch
+	if dev == cliutil.DeviceGPU && batch == 0 {
+		batch = stitch.DefaultGPUBatch
+	}
 	if ctx, err = cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: "stitch", Cycle: o.Cycle, Device: dev}, o.Getenv, o.Logger); err != nil {
 		return err
 	}
 	_, err = stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: o.Cycle, Engine: eng, Workers: workers, Batch: batch,
-		MemBudget: o.budget, MemBudgetSource: o.budgetSource, Logger: o.Logger})
+		MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource, Logger: o.Logger})
 	return inputAsUsage(err)
 }
 
 // inputAsUsage maps errors caused by the input data to the usage exit code.
-func inputAsUsage(err error) error {
-	if errors.Is(err, dataset.ErrInput) {
-		return cliutil.AsUsage(err)
-	}
-	return err
-}
+func inputAsUsage(err error) error { return stagecli.InputAsUsage(err, dataset.ErrInput) }
 
 // correctOptions select the tile of `kintsugi-stitch correct`.
 type correctOptions struct {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil/stagecli"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
@@ -38,13 +39,15 @@ func TestRunAndCorrectTile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := commandOptions{ConfigPath: cfgPath, Cycle: 1, Workers: 2, Logger: quiet(), Getenv: noEnv}
+	o := commandOptions{ConfigPath: cfgPath, Cycle: 1, Opts: stagecli.Opts{Workers: 2, Logger: quiet(), Getenv: noEnv}}
 	opened := 0
-	fake := func(index int, debug bool) (stitch.Engine, error) {
+	fake := func(gpu.Options) (stitch.Engine, error) {
 		opened++
 		return closeFails{stitch.NewCPUEngine(2)}, nil
 	}
-	err = runCommand(context.Background(), o, runOptions{Device: "gpu", GPU: 1, OpenGPU: fake})
+	g := o
+	g.Device, g.GPU = "gpu", 1
+	err = runCommand(context.Background(), g, runOptions{OpenGPU: fake})
 	if opened != 1 || err == nil || !strings.Contains(err.Error(), "device reset failed") || cliutil.ExitCode(err) != cliutil.ExitFailure {
 		t.Errorf("engine close failure: opened %d, err %v, want exit 1 naming it", opened, err)
 	}
@@ -97,9 +100,11 @@ func TestRunAndCorrectTile(t *testing.T) {
 // written; an unknown cycle names the flag.
 func TestGPUEngineChoice(t *testing.T) {
 	cfgPath, out := tinyProject(t, t.TempDir(), 1)
-	o := commandOptions{ConfigPath: cfgPath, Cycle: 1, Workers: 2, Logger: quiet(), Getenv: noEnv}
+	o := commandOptions{ConfigPath: cfgPath, Cycle: 1, Opts: stagecli.Opts{Workers: 2, Logger: quiet(), Getenv: noEnv}}
 	if !gpu.Built {
-		err := runCommand(context.Background(), o, runOptions{Device: "gpu"})
+		g := o
+		g.Device = "gpu"
+		err := runCommand(context.Background(), g, runOptions{})
 		if !errors.Is(err, gpu.ErrNoCUDA) || cliutil.ExitCode(err) != cliutil.ExitUsage {
 			t.Fatalf("err = %v, want ErrNoCUDA as a usage error", err)
 		}
@@ -108,7 +113,8 @@ func TestGPUEngineChoice(t *testing.T) {
 		}
 	}
 	o.Cycle = 9
-	if err := runCommand(context.Background(), o, runOptions{Device: "cpu"}); cliutil.ExitCode(err) != cliutil.ExitUsage || !strings.Contains(err.Error(), "--cycle 9") {
+	o.Device = "cpu"
+	if err := runCommand(context.Background(), o, runOptions{}); cliutil.ExitCode(err) != cliutil.ExitUsage || !strings.Contains(err.Error(), "--cycle 9") {
 		t.Errorf("unknown cycle: %v", err)
 	}
 }

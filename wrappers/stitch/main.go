@@ -1,14 +1,16 @@
 // Command kintsugi-stitch runs the stitch stage of one cycle (BaSiC per
 // channel x z-plane, tile alignment, blending) or corrects one tile's z-stack
 // with the BaSiC profiles a stitch run saved. The stage lives in
-// internal/stitch; this file parses flags and command.go loads the config,
-// chooses the engine and calls the stage.
+// internal/stitch; this file parses flags (the device's, as every stage
+// command's, from stagecli) and command.go loads the config, opens the
+// engine through stagecli and calls the stage.
 package main
 
 import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil/stagecli"
 )
 
 func main() {
@@ -22,26 +24,20 @@ func main() {
            (stitched/cycNN/CH{c}/basic/), for trying parameters outside Snakemake.
 The device is the GPU unless --device cpu (or KINTSUGI_DEVICE_MODE=cpu) is
 given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, nil)
-	common := []cli.Flag{
-		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Required: true, Usage: "pipeline config.yaml"},
-		&cli.IntFlag{Name: "cycle", Required: true, Usage: "cycle number"},
-		cliutil.WorkersFlag(),
-		cliutil.MemBudgetFlag(),
-	}
+	configFlag := &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Required: true, Usage: "pipeline config.yaml"}
+	cycleFlag := &cli.IntFlag{Name: "cycle", Required: true, Usage: "cycle number"}
+	common := []cli.Flag{configFlag, cycleFlag, cliutil.WorkersFlag(), cliutil.MemBudgetFlag()}
 	common = append(common, cliutil.LoggingFlags()...)
 	app.Commands = []*cli.Command{
 		{
 			Name:  "run",
 			Usage: "stitch one cycle",
-			Flags: append(append([]cli.Flag{}, common...),
-				cliutil.DeviceFlag(),
-				&cli.IntFlag{Name: "gpu", Usage: "GPU index among the visible devices (SLURM sets CUDA_VISIBLE_DEVICES)"},
-				&cli.BoolFlag{Name: "gpu-debug", Usage: "synchronise after every GPU launch (slow; pins down CUDA errors)"},
+			Flags: append([]cli.Flag{configFlag, cycleFlag}, stagecli.Flags(
 				&cli.IntFlag{Name: "batch", Usage: "planes read and fitted together (0: workers on the CPU, 8 on the GPU)"},
-			),
+			)...),
 			Action: func(c *cli.Context) error {
 				return withSetup(c, func(o commandOptions) error {
-					return runCommand(c.Context, o, runOptions{Device: c.String("device"), GPU: c.Int("gpu"), GPUDebug: c.Bool("gpu-debug"), Batch: c.Int("batch")})
+					return runCommand(c.Context, o, runOptions{Batch: c.Int("batch")})
 				})
 			},
 		},
@@ -67,11 +63,12 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 	cliutil.Main(app)
 }
 
-// withSetup sets up logging and the worker count shared by both commands.
+// withSetup sets up what both commands share (stagecli.Setup: logging,
+// the memory budget, the flags of the workers and, for run, the device).
 func withSetup(c *cli.Context, fn func(commandOptions) error) error {
-	lg, err := cliutil.SetupLogging(c)
+	so, err := stagecli.Setup(c, false)
 	if err != nil {
 		return err
 	}
-	return fn(commandOptions{ConfigPath: c.String("config"), Cycle: c.Int("cycle"), Workers: c.Int("workers"), MemBudget: c.Int("mem-budget"), Logger: lg})
+	return fn(commandOptions{Opts: so, ConfigPath: c.String("config"), Cycle: c.Int("cycle")})
 }

@@ -1,7 +1,11 @@
-// Package stagecli is the command set-up the GPU stage executables share
-// (kintsugi-decon, kintsugi-edf, kintsugi-register): their device flags,
-// the worker count, the device choice and opening the
-// engine, each with the exit code cliutil maps it to.
+// Package stagecli is the command set-up every stage executable shares
+// (kintsugi-stitch, kintsugi-decon, kintsugi-edf, kintsugi-register): their
+// device flags, the worker count, the memory budget, the device choice
+// (cpu or gpu, the GPU index, debug) and opening the engine, each with the
+// exit code cliutil maps it to. The device is resolved here and only here:
+// a stage package receives an engine that satisfies its own small
+// interface (the CUDA engine, *gpu.Engine, satisfies every stage's) and
+// never imports internal/gpu.
 //
 // It is a package apart from cliutil because it imports internal/gpu, which
 // is cgo (libcuda, cuFFT) under the cuda tag: the executables without a
@@ -48,6 +52,17 @@ type Opts struct {
 	// resolved and logged by Setup; the stage plans within it.
 	MemBudget       int64
 	MemBudgetSource string
+	// Getenv reads the environment (SLURM_CPUS_PER_TASK, cpus_per_task,
+	// the SLURM memory variables); nil means os.Getenv. Tests pass their
+	// own.
+	Getenv func(string) string
+}
+
+func (o Opts) getenv() func(string) string {
+	if o.Getenv == nil {
+		return os.Getenv
+	}
+	return o.Getenv
 }
 
 // Setup sets up logging from the flags, refuses positional arguments as a
@@ -72,34 +87,80 @@ func Setup(c *cli.Context, noArgs bool) (Opts, error) {
 		MemBudget: budget, MemBudgetSource: src}, nil
 }
 
-// Resolve decides the worker count (logged with where it came from) and
-// parses the device; both fail as usage errors.
+// Resolve decides the worker count (ResolveWorkers) and parses the device
+// (--device, a --gpu index >= 0 for the GPU); both fail as usage errors.
 func (o Opts) Resolve() (workers int, dev cliutil.Device, err error) {
-	n, src, err := cliutil.Workers(o.Workers, os.Getenv)
+	n, err := o.ResolveWorkers()
 	if err != nil {
 		return 0, "", err
 	}
-	o.Logger.Info("workers", "count", n, "source", src)
-	dev, err = cliutil.ParseDevice(o.Device)
+	dev, err = o.ResolveDevice()
 	if err != nil {
 		return 0, "", err
 	}
 	return n, dev, nil
 }
 
+// ResolveDevice parses --device (or KINTSUGI_DEVICE_MODE) and checks the
+// --gpu index of the GPU; both fail as usage errors.
+func (o Opts) ResolveDevice() (cliutil.Device, error) {
+	dev, err := cliutil.ParseDevice(o.Device)
+	if err != nil {
+		return "", err
+	}
+	if dev == cliutil.DeviceGPU && o.GPU < 0 {
+		return "", cliutil.Usagef("--gpu %d: want a device index >= 0 among the visible devices", o.GPU)
+	}
+	return dev, nil
+}
+
+// ResolveWorkers decides the worker count (--workers, SLURM_CPUS_PER_TASK,
+// cpus_per_task, the CPUs), logged with where it came from; a bad value is
+// a usage error.
+func (o Opts) ResolveWorkers() (int, error) {
+	n, src, err := cliutil.Workers(o.Workers, o.getenv())
+	if err != nil {
+		return 0, err
+	}
+	o.Logger.Info("workers", "count", n, "source", src)
+	return n, nil
+}
+
+// The CUDA engine reports its host memory to every stage's memory model.
+var _ membudget.MemoryReporter = (*gpu.Engine)(nil)
+
+// Engine is what Open needs of a stage's engine: its name, logged once
+// the device is open.
+type Engine interface{ Name() string }
+
 // Open returns the stage's engine on dev: cpu() for cliutil.DeviceCPU
 // (logged as a warning: the reference path, taken only when asked), else
-// onGPU of the CUDA engine at o.GPU. There is no fallback: a GPU that
-// cannot be opened is an error, a usage error (exit 2) when the binary was
-// built without CUDA. release frees the engine and logs the process's peak
-// resident memory (VmHWM) so that every stage job reports it beside the
-// budget logged at Setup.
-func Open[E any](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engine) E) (eng E, release func(), err error) {
+// onGPU of the CUDA engine at o.GPU (with o.GPUDebug). There is no
+// fallback: a GPU that cannot be opened is an error, a usage error (exit 2)
+// when the binary was built without CUDA. release closes the CUDA engine,
+// returning its error (callers that ignore it may), and logs the process's
+// peak resident memory (VmHWM) so that every stage job reports it beside
+// the budget logged at Setup.
+func Open[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engine) E) (eng E, release func() error, err error) {
+	return OpenWith(o, dev, cpu, func(opts gpu.Options) (E, func() error, error) {
+		e, err := gpu.Open(opts)
+		if err != nil {
+			var none E
+			return none, nil, err
+		}
+		return onGPU(e), e.Close, nil
+	})
+}
+
+// OpenWith is Open with the GPU opened by openGPU (returning the engine
+// and its close), for commands whose tests stand a CPU engine in for the
+// GPU's.
+func OpenWith[E Engine](o Opts, dev cliutil.Device, cpu func() E, openGPU func(gpu.Options) (E, func() error, error)) (eng E, release func() error, err error) {
 	if dev == cliutil.DeviceCPU {
 		o.Logger.Warn("running on the CPU because --device cpu was given (the reference path; GPU jobs never fall back to it)")
-		return cpu(), func() { o.logPeak() }, nil
+		return cpu(), func() error { o.logPeak(); return nil }, nil
 	}
-	e, err := gpu.Open(gpu.Options{Device: o.GPU, Debug: o.GPUDebug})
+	eng, closeGPU, err := openGPU(gpu.Options{Device: o.GPU, Debug: o.GPUDebug})
 	if err != nil {
 		err = fmt.Errorf("open GPU %d: %w", o.GPU, err)
 		if errors.Is(err, gpu.ErrNoCUDA) {
@@ -107,8 +168,30 @@ func Open[E any](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engin
 		}
 		return eng, nil, err
 	}
-	o.Logger.Info("engine", "device", e.Name())
-	return onGPU(e), func() { e.Close(); o.logPeak() }, nil
+	o.Logger.Info("engine", "device", eng.Name())
+	return eng, func() error {
+		err := closeGPU()
+		o.logPeak()
+		if err != nil {
+			return fmt.Errorf("close %s: %w", eng.Name(), err)
+		}
+		return nil
+	}, nil
+}
+
+// Release runs release (Open's) when a command ends and folds its error
+// into *err: a failed close after a successful run is the command's error
+// (exit 1); after a failure it is logged as a warning beside the failure.
+func (o Opts) Release(release func() error, err *error) {
+	cerr := release()
+	if cerr == nil {
+		return
+	}
+	if *err == nil {
+		*err = cerr
+		return
+	}
+	o.Logger.Warn("closing the engine after a failure", "err", cerr.Error())
 }
 
 // logPeak logs the peak resident memory of the process so far, in MiB.

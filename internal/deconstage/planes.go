@@ -1,0 +1,85 @@
+package deconstage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// runPlanes deconvolves job j on the engine's device-buffer form in
+// modePlane: its planes go to the device as they are read (or from the
+// planes read ahead, each dropped once sent), the stack, the iterates and
+// the result stay there, and the result comes back rounded to uint16 (the
+// same values as DeconvolveGray16): with behind, every plane into pages
+// for the caller to write behind (once the previous channel's write-behind
+// ended: waitBehind); else one plane per writer, written at once (nil
+// pages).
+func runPlanes(ctx context.Context, e PlaneEngine, j *job, in input, workers int, behind bool, c *Channel,
+	waitBehind func() error, path func(z int) string) ([]*raster.Gray16, error) {
+	n := len(j.paths)
+	d, err := e.DeconDeviceStack(ctx, n, j.h, j.w)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Free()
+	if in.pages != nil {
+		for z, pg := range in.pages {
+			if err := d.PutGray16(ctx, z, pg); err != nil {
+				return nil, err
+			}
+			in.pages[z] = nil
+		}
+	} else {
+		t0 := time.Now()
+		err := par.ForEach(ctx, n, workers, func(z int) error {
+			pg, err := readPlane(j.paths[z], j.w, j.h)
+			if err != nil {
+				return err
+			}
+			return d.PutGray16(ctx, z, pg)
+		})
+		c.ReadSec = time.Since(t0).Seconds()
+		if err != nil {
+			return nil, err
+		}
+	}
+	t1 := time.Now()
+	out, s, err := e.DeconvolveDeviceStack(ctx, d, j.k, j.p)
+	d.Free()
+	if err != nil {
+		return nil, err
+	}
+	defer out.Free()
+	c.Stats = s
+	c.Seconds = time.Since(t1).Seconds()
+	if err := waitBehind(); err != nil {
+		return nil, err
+	}
+	if behind {
+		pages := make([]*raster.Gray16, n)
+		for z := range pages {
+			pages[z] = raster.NewGray16(j.w, j.h)
+			if err := out.GetGray16(ctx, z, pages[z]); err != nil {
+				return nil, err
+			}
+		}
+		return pages, nil
+	}
+	t2 := time.Now()
+	err = par.ForEach(ctx, n, workers, func(z int) error {
+		pg := raster.NewGray16(j.w, j.h)
+		if err := out.GetGray16(ctx, z, pg); err != nil {
+			return err
+		}
+		return tiffio.WriteGray16(path(z), pg)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("write: %w", err)
+	}
+	c.WriteSec = time.Since(t2).Seconds()
+	return nil, nil
+}

@@ -1,0 +1,85 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// The stages' contracts. Each stage package declares the small engine
+// interface it needs (stitch.Engine, deconstage.Engine and PlaneEngine,
+// edf.Fuser with edfstage's device-stack form, register.Backend); *Engine
+// satisfies them structurally, with methods whose signatures use only the
+// algorithm packages' types, so that no stage imports this package and
+// this package imports no stage. This file holds what only the contracts
+// need, in both builds (without the cuda tag every method below fails with
+// ErrNoCUDA through the methods it calls).
+
+// EngineMemory reports the engine's host memory to the stages' memory
+// models (membudget.CUDAEngine: data on the device).
+func (*Engine) EngineMemory() membudget.EngineMemory { return membudget.CUDAEngine }
+
+// Deconvolve implements decon.Deconvolver (Deconvolver's), so that the
+// engine is a deconstage.Engine as it is.
+func (e *Engine) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p decon.Params) (*raster.Stack, decon.Stats, error) {
+	return e.Deconvolver().Deconvolve(ctx, in, k, p)
+}
+
+// deconStack is a DevStack as a decon.DeviceStack.
+type deconStack struct {
+	e *Engine
+	d *DevStack
+}
+
+func (s *deconStack) Dims() (n, h, w int) { return s.d.Dims() }
+
+func (s *deconStack) PutGray16(ctx context.Context, z int, pg *raster.Gray16) error {
+	return s.e.UploadPlaneGray16(ctx, s.d, z, pg)
+}
+
+func (s *deconStack) GetGray16(ctx context.Context, z int, dst *raster.Gray16) error {
+	return s.e.DownloadPlaneGray16(ctx, s.d, z, dst)
+}
+
+func (s *deconStack) Free() { s.e.FreeStack(s.d) }
+
+// DeconDeviceStack allocates an n x h x w float32 device stack (AllocStack)
+// to be filled plane by plane (deconstage's plane form).
+func (e *Engine) DeconDeviceStack(ctx context.Context, n, h, w int) (decon.DeviceStack, error) {
+	d, err := e.AllocStack(ctx, n, h, w)
+	if err != nil {
+		return nil, err
+	}
+	return &deconStack{e: e, d: d}, nil
+}
+
+// DeconvolveDeviceStack deconvolves a stack of this engine on the device
+// (DeconvolveDevice); the result stays there. in is kept (the caller frees
+// it).
+func (e *Engine) DeconvolveDeviceStack(ctx context.Context, in decon.DeviceStack, k *psf.Kernel, p decon.Params) (decon.DeviceStack, decon.Stats, error) {
+	s, ok := in.(*deconStack)
+	if !ok || s.e != e {
+		return nil, decon.Stats{}, fmt.Errorf("%w: a device stack of another engine (%T)", decon.ErrInput, in)
+	}
+	out, st, err := e.DeconvolveDevice(ctx, s.d, k, p)
+	if err != nil {
+		return nil, st, err
+	}
+	return &deconStack{e: e, d: out}, st, nil
+}
+
+// EDFDeviceStack allocates an n x h x w uint16 device stack (NewEDFStack)
+// to be filled plane by plane and fused on the device (edfstage's streamed
+// form).
+func (e *Engine) EDFDeviceStack(ctx context.Context, n, h, w int) (edf.DeviceStack, error) {
+	s, err := e.NewEDFStack(ctx, n, h, w)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
