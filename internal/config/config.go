@@ -2,6 +2,12 @@
 // the original KINTSUGI workflow config (see schema/config.schema.json, which
 // the Snakefile validates against too) plus this project's additions.
 //
+// The schema describes every key and is the one home of every default: the
+// loader's defaults (Parse, the Default* values) equal the schema's (a test
+// checks both ways), and the job resources (resources.cpus_, mem_, time_<job>),
+// which no Go field types, are read from it by the Snakefile's rules and by
+// ResourceDefault.
+//
 // Units: xy_pixel_size and z_step_size in nm, wavelengths in nm, tile_overlap a
 // fraction in (0, 1), pou in percent of the tile size, blend_sigma in px,
 // mem_* in MB, time_* in minutes.

@@ -1,6 +1,7 @@
 package project
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -408,6 +409,58 @@ func TestScalars(t *testing.T) {
 	for in, want := range map[string]string{"Blank_1a": "Blank_1a", "CD3 x": `"CD3 x"`, "yes": `"yes"`, "1": `"1"`, "/data/p": "/data/p", "a,b": `"a,b"`, "Ki-67": "Ki-67", "CD8α": `"CD8α"`} {
 		if got := str(in); got != want {
 			t.Errorf("str(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestResourceKeysUseTheSchemaDefaults: kintsugi-config init writes every
+// job resource the schema has a default for, with that default (value ""),
+// and a literal value (the original's) only for keys without one, so a
+// default added to the schema or to init alone fails here.
+func TestResourceKeysUseTheSchemaDefaults(t *testing.T) {
+	defaults := config.ResourceDefaults()
+	if len(defaults) < 15 {
+		t.Fatalf("config.ResourceDefaults: %d keys; the schema's job resources are missing", len(defaults))
+	}
+	var schema struct {
+		Properties struct {
+			Resources struct {
+				Properties map[string]map[string]any `json:"properties"`
+			} `json:"resources"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(config.SchemaJSON(), &schema); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, r := range resourceKeys {
+		listed[r.key] = true
+		_, hasDef := schema.Properties.Resources.Properties[r.key]["default"]
+		switch {
+		case r.value == "" && !hasDef:
+			t.Errorf("resourceKeys %s: value from the schema, which has no default", r.key)
+		case r.value != "" && hasDef:
+			t.Errorf("resourceKeys %s: literal %s, but the schema's default is the one home (value \"\")", r.key, r.value)
+		}
+	}
+	for k := range defaults {
+		if !listed[k] {
+			t.Errorf("the schema's job resource %s (default %d) is not written by kintsugi-config init (resourceKeys)", k, defaults[k])
+		}
+	}
+	p, err := Infer(filepath.Join("testdata", "codex"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := render(t, p)
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(text), "\n") {
+		l, _, _ = strings.Cut(l, "#")
+		lines[strings.TrimRight(l, " ")] = true
+	}
+	for k, v := range defaults {
+		if want := fmt.Sprintf("  %s: %d", k, v); !lines[want] {
+			t.Errorf("rendered config lacks %q", want)
 		}
 	}
 }

@@ -27,24 +27,25 @@ type Options struct {
 type Override struct{ Key, Value string }
 
 // The resources the config lists, in the original's order, with its values
-// (cli.py generate_workflow_config) except where this implementation measured
-// what its GPU jobs need (the Snakefile's defaults; README memory table).
+// (cli.py generate_workflow_config) except where this implementation has a
+// default of its own: value "" is the schema's default of the key
+// (config.ResourceDefault, the Snakefile's defaults; README memory table).
 var resourceKeys = []struct {
 	key, value, comment string
 }{
 	{"cpu_utilization_cap", "0.85", "the original's; unused here"},
 	{"qos", `""`, "the original's; unused here"},
 	{"conda_env", "kintsugi", "the original's; unused here (static executables)"},
-	{"mem_stitch", "8000", "MB, GPU job (the original writes 48000; measured peak 4.7 GiB, production cycle)"},
-	{"mem_decon", "6144", "MB (the original: 48000; measured 1.8 GiB under a 6 GiB budget)"},
-	{"mem_edf", "4096", "MB (the original: 48000; measured 1.7 GiB under a 4 GiB budget)"},
-	{"time_stitch", "240", "minutes"},
-	{"time_decon", "240", "minutes"},
-	{"time_edf", "60", "minutes"},
-	{"mem_registration", "4096", "MB (the original: 64000; measured 2.2 GiB, 13 cycles x 4 channels)"},
-	{"time_registration", "120", "minutes"},
-	{"mem_qc_registration", "16000", "MB"},
-	{"time_qc_registration", "30", "minutes"},
+	{"mem_stitch", "", "MB, GPU job (the original writes 48000; measured peak 4.7 GiB, production cycle)"},
+	{"mem_decon", "", "MB (the original: 48000; measured 1.8 GiB under a 6 GiB budget)"},
+	{"mem_edf", "", "MB (the original: 48000; measured 1.7 GiB under a 4 GiB budget)"},
+	{"time_stitch", "", "minutes"},
+	{"time_decon", "", "minutes"},
+	{"time_edf", "", "minutes"},
+	{"mem_registration", "", "MB (the original: 64000; measured 2.2 GiB, 13 cycles x 4 channels)"},
+	{"time_registration", "", "minutes"},
+	{"mem_qc_registration", "", "MB"},
+	{"time_qc_registration", "", "minutes"},
 	{"mem_signal_isolation", "32000", "the original's signal isolation (not a stage here)"},
 	{"time_signal_isolation", "120", ""},
 	{"cpus_signal_isolation", "4", ""},
@@ -55,13 +56,15 @@ var resourceKeys = []struct {
 	{"cpu_mem_decon", "128000", ""},
 	{"cpu_mem_edf", "96000", ""},
 	{"cpu_mem_registration", "64000", ""},
-	{"cpus_stitch", "4", "this project's: cpus_per_task of each job (worker pool)"},
-	{"cpus_decon", "4", ""},
-	{"cpus_edf", "4", ""},
-	{"cpus_registration", "4", ""},
-	{"cpus_qc", "2", "QC jobs run on the CPU partition"},
-	{"mem_qc", "64000", "MB (not written by the original; its Snakefile's default)"},
-	{"time_qc", "120", "minutes"},
+	{"cpus_stitch", "", "this project's: cpus_per_task of each job (worker pool)"},
+	{"cpus_decon", "", ""},
+	{"cpus_edf", "", ""},
+	{"cpus_registration", "", ""},
+	{"cpus_qc", "", "QC jobs run on the CPU partition"},
+	{"mem_qc", "", "MB (not written by the original; its Snakefile's default)"},
+	{"time_qc", "", "minutes"},
+	{"mem_qc_report", "", "MB, this project's qc_report job"},
+	{"time_qc_report", "", "minutes"},
 }
 
 // Config renders the project's config.yaml and loads it with config.Parse
@@ -303,6 +306,13 @@ func writeResources(y *yamlWriter, o Options) error {
 	written := map[string]bool{}
 	for _, r := range append(totals, resourceKeys...) {
 		v, c := r.value, r.comment
+		if v == "" {
+			n, err := config.ResourceDefault(r.key)
+			if err != nil {
+				return nil, nil, fmt.Errorf("project: internal error: %w", err)
+			}
+			v = strconv.Itoa(n)
+		}
 		if ov, ok := overrides[r.key]; ok {
 			v, c = ov, "given with --resource"
 		}

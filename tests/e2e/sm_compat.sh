@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Snakefile's compatibility functions (_sm_resource_limit, _sm_set_resource_limit,
+# The workflow's compatibility functions (rules/common.smk: _sm_resource_limit, _sm_set_resource_limit,
 # _sm_is_main_process, _sm_configfiles) under every installed Snakemake: Debian's 7.21 and each
 # venv of scripts/test-deps.sh ($KINTSUGI_SM_VENVS/<version>, default /opt/kintsugi-sm: 9.25.2, and
 # 9.16.3 / 9.16.2 where installed). Per version, `snakemake -n` of the workflow on a tiny synthetic
