@@ -309,7 +309,7 @@ func writeResources(y *yamlWriter, o Options) error {
 		if v == "" {
 			n, err := config.ResourceDefault(r.key)
 			if err != nil {
-				return nil, nil, fmt.Errorf("project: internal error: %w", err)
+				return fmt.Errorf("project: internal error: %w", err)
 			}
 			v = strconv.Itoa(n)
 		}
