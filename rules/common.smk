@@ -181,38 +181,6 @@ DEVICE = config.get("device", "gpu")
 RES = config.get("resources", {})
 
 
-# ---- project layout: every path, sentinel and cycle name of the rules (one block) ----------------------
-LOGDIR = os.path.join(PROJECT, "slurm", "logs", "snakemake")
-PROCESSED = os.path.join(PROJECT, "data", "processed")
-QC_DIR = os.path.join(PROJECT, "qc_plots")
-
-
-def cyc_fmt(c):
-    """Two-digit cycle name used in output paths (cyc01)."""
-    return f"{int(c):02d}"
-
-
-def _raw_cycle_dir(n):
-    """The original's cycle-directory variants, resolved at DAG time."""
-    raw = os.path.join(PROJECT, "data", "raw")
-    for pat in (f"cyc{n:03d}_*", f"cyc{n:02d}_*", f"Cyc{n:02d}_*"):
-        hits = sorted(d for d in glob.glob(os.path.join(raw, pat)) if os.path.isdir(d))
-        if hits:
-            return hits[0]
-    for name in (f"cyc{n:03d}", f"cyc{n:02d}", f"Cyc{n:02d}"):
-        if os.path.isdir(os.path.join(raw, name)):
-            return os.path.join(raw, name)
-    return os.path.join(raw, f"cyc{n:02d}")
-
-
-def _sentinels(stage):
-    return [f"{PROCESSED}/{stage}/cyc{cyc_fmt(c)}/.snakemake_complete" for c in CYCLES]
-
-
-REGISTERED = PROCESSED + "/registered/.snakemake_complete"
-QC_SENTINELS = [f"{QC_DIR}/.snakemake_complete_{s}" for s in ("stitch", "decon", "edf", "registration")]
-QC_REPORT = QC_DIR + "/report.html"  # rules/report.smk
-# ---- end of the project layout ------------------------------------------------------------------------
 
 
 def _write_config_json():
@@ -238,23 +206,66 @@ def _write_config_json():
 CONFIG_JSON = _write_config_json()
 
 
-def _edf_files():
-    """{cycle: [EDF file name of channel 1, 2, ...]} as the Go executables name them: from the full
-    check of the merged config (`kintsugi-config check`: channel-name rules, duplicates renamed),
-    so validate, QC and registration see the same names; it fails before any job when a name is bad."""
+def _check_config():
+    """The full check of the merged config (`kintsugi-config check`): it fails before any job when a
+    key or a channel name is bad; its JSON holds the EDF file names and the project layout."""
     doc = json.loads(_kintsugi_config(["check", CONFIG_JSON], "config refused"))
+    if MAIN and doc.get("renamed"):
+        print(f"kintsugi-config: channel names renamed: {doc['renamed']}", file=sys.stderr)
+    return doc
+
+
+_CHECK = _check_config()
+
+
+def _edf_files(doc):
+    """{cycle: [EDF file name of channel 1, 2, ...]} as the Go executables name them (channel-name
+    rules, duplicates renamed), so validate, QC and registration see the same names."""
     out = {}
     for c in CYCLES:
         names = doc.get("edf_files", {}).get(str(c))
         if not isinstance(names, list) or len(names) != len(CHANNELS):
             raise WorkflowError(f"kintsugi-config check {CONFIG_JSON}: edf_files of cycle {c} {names!r}, want {len(CHANNELS)} names")
         out[c] = names
-    if MAIN and doc.get("renamed"):
-        print(f"kintsugi-config: channel names renamed: {doc['renamed']}", file=sys.stderr)
     return out
 
 
-EDF_FILES = _edf_files()
+EDF_FILES = _edf_files(_CHECK)
+
+
+# ---- project layout: every path, sentinel and cycle name of the rules (one block) ----------------------
+# From Go (internal/layout, through the check's "layout" object: absolute paths), the one home of the
+# layout the executables write; "{cycle}" in a sentinel is the Snakemake wildcard (cycle_label: "01").
+LAYOUT = _CHECK.get("layout")
+if not isinstance(LAYOUT, dict):
+    raise WorkflowError(f"kintsugi-config check {CONFIG_JSON}: no layout object (bin/ older than this Snakefile: run make)")
+if LAYOUT["config_json"] != CONFIG_JSON:
+    raise WorkflowError(f"kintsugi-config check: layout config_json {LAYOUT['config_json']!r}, the Snakefile wrote {CONFIG_JSON!r}")
+LOGDIR = LAYOUT["log_dir"]
+PROCESSED = LAYOUT["processed"]
+QC_DIR = LAYOUT["qc_dir"]
+SENTINEL = LAYOUT["sentinel"]  # stage (stitch, decon, edf, registration) -> sentinel path pattern
+
+
+def cyc_fmt(c):
+    """The cycle's label in output paths ("01" of cyc01)."""
+    return LAYOUT["cycle_label"][str(int(c))]
+
+
+def _raw_cycle_dir(n):
+    """The cycle's raw directory: the original's directory-name variants, resolved by Go."""
+    return LAYOUT["raw_dir"][str(int(n))]
+
+
+def _sentinels(stage):
+    """The sentinels of every cycle of a per-cycle stage (stitch, decon, edf)."""
+    return [SENTINEL[stage].replace("{cycle}", cyc_fmt(c)) for c in CYCLES]
+
+
+REGISTERED = SENTINEL["registration"]
+QC_SENTINELS = [LAYOUT["qc_sentinel"][s] for s in ("stitch", "decon", "edf", "registration")]
+QC_REPORT = LAYOUT["qc_report"]  # rules/report.smk
+# ---- end of the project layout ------------------------------------------------------------------------
 
 
 def _build_cycle_assignment():

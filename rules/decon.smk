@@ -2,9 +2,9 @@
 
 rule deconvolve:
     input:
-        PROCESSED + "/stitched/cyc{cycle}/.snakemake_complete",
+        SENTINEL["stitch"],
     output:
-        PROCESSED + "/deconvolved/cyc{cycle}/.snakemake_complete",
+        SENTINEL["decon"],
     params:
         **_params("kintsugi-decon", LOGDIR + "/decon_cyc{cycle}.log", "cycle {cycle}"),
     resources:

@@ -2,9 +2,9 @@
 
 rule edf:
     input:
-        PROCESSED + "/deconvolved/cyc{cycle}/.snakemake_complete",
+        SENTINEL["decon"],
     output:
-        PROCESSED + "/edf/cyc{cycle}/.snakemake_complete",
+        SENTINEL["edf"],
     params:
         **_params("kintsugi-edf", LOGDIR + "/edf_cyc{cycle}.log", "cycle {cycle}"),
     resources:
@@ -17,7 +17,7 @@ rule edf:
 
 rule validate:
     run:
-        want = [os.path.join(PROCESSED, "edf", f"cyc{cyc_fmt(c)}", name) for c in CYCLES for name in EDF_FILES[c]]
+        want = [os.path.join(os.path.dirname(SENTINEL["edf"].replace("{cycle}", cyc_fmt(c))), name) for c in CYCLES for name in EDF_FILES[c]]
         missing = [p for p in want if not os.path.isfile(p)]
         if missing:
             print(f"validate: {len(missing)} of {len(want)} EDF files missing:", file=sys.stderr)

@@ -14,8 +14,8 @@ rule qc:
 
 # stage, its input, the resources keys of its memory and time
 for _stage, _input, _mem_key, _time_key in (
-    ("stitch", _sentinels("stitched"), "mem_qc", "time_qc"),
-    ("decon", _sentinels("deconvolved"), "mem_qc", "time_qc"),
+    ("stitch", _sentinels("stitch"), "mem_qc", "time_qc"),
+    ("decon", _sentinels("decon"), "mem_qc", "time_qc"),
     ("edf", _sentinels("edf"), "mem_qc", "time_qc"),
     ("registration", REGISTERED, "mem_qc_registration", "time_qc_registration"),
 ):
@@ -25,7 +25,7 @@ for _stage, _input, _mem_key, _time_key in (
         input:
             _input,
         output:
-            QC_DIR + f"/.snakemake_complete_{_stage}",
+            LAYOUT["qc_sentinel"][_stage],
         params:
             **_params("kintsugi-qc", LOGDIR + f"/qc_{_stage}.log", f"stage {_stage}"),
             stage=_stage,

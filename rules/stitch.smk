@@ -4,7 +4,7 @@
 
 rule stitch_all:
     input:
-        _sentinels("stitched"),
+        _sentinels("stitch"),
 
 
 def get_raw_dir(wc):
@@ -15,7 +15,7 @@ rule stitch:
     input:
         raw_dir=get_raw_dir,
     output:
-        PROCESSED + "/stitched/cyc{cycle}/.snakemake_complete",
+        SENTINEL["stitch"],
     params:
         **_params("kintsugi-stitch", LOGDIR + "/stitch_cyc{cycle}.log", "cycle {cycle}"),
     resources:
