@@ -291,12 +291,7 @@ func TestSpanningTreeAndPlace(t *testing.T) {
 func TestFilter(t *testing.T) {
 	// 3x3 grid of 100x100 tiles, 20 % overlap: nominal Left (0, 80), Top (80, 0)
 	rows, cols := 3, 3
-	var grid []GridPos
-	for r := range rows {
-		for c := range cols {
-			grid = append(grid, GridPos{r, c})
-		}
-	}
+	grid := fullGrid(rows, cols)
 	pairs := Pairs(rows, cols, grid)
 	p := Params{Overlap: 0.2, NCCThreshold: 0.078, POU: 3}
 	mk := func() []Translation {
@@ -437,4 +432,15 @@ func TestGlobalDropsOutlier(t *testing.T) {
 			t.Errorf("tile %d: position error %.3f px > 0.15 with the wrong pair dropped", k, e)
 		}
 	}
+}
+
+// fullGrid returns every position of a rows x cols tile grid, row by row.
+func fullGrid(rows, cols int) []GridPos {
+	var grid []GridPos
+	for r := range rows {
+		for c := range cols {
+			grid = append(grid, GridPos{r, c})
+		}
+	}
+	return grid
 }

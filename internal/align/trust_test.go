@@ -136,12 +136,7 @@ func TestHighPass(t *testing.T) {
 // block that closes, and a blunder breaks the blocks it is in.
 func TestLoops(t *testing.T) {
 	rows, cols := 3, 3
-	var grid []GridPos
-	for r := range rows {
-		for c := range cols {
-			grid = append(grid, GridPos{r, c})
-		}
-	}
+	grid := fullGrid(rows, cols)
 	pairs := Pairs(rows, cols, grid)
 	rng := rand.New(rand.NewPCG(4, 1))
 	pos := make([]raster.Point, len(grid))

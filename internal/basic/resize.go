@@ -3,6 +3,8 @@ package basic
 import (
 	"fmt"
 	"math"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
 // This file reproduces skimage.transform.resize(order=1, mode="symmetric",
@@ -24,23 +26,6 @@ type axisKernel struct {
 	n       []int
 	off     []int
 	w       []float64
-}
-
-// reflectIndex maps any integer index into [0, n) by half-sample symmetric
-// extension (… c b a | a b c … x y z | z y x …).
-func reflectIndex(i, n int) int {
-	if n == 1 {
-		return 0
-	}
-	p := 2 * n
-	i %= p
-	if i < 0 {
-		i += p
-	}
-	if i >= n {
-		i = p - 1 - i
-	}
-	return i
 }
 
 // AxisWeights returns the sparse weights of one axis of the resize from in
@@ -88,7 +73,7 @@ func newAxisKernel(in, out int) *axisKernel {
 			}
 			j := i0 + b // index into the filtered signal
 			for m, gw := range g {
-				src := reflectIndex(reflectIndex(j, in)+m-r, in)
+				src := raster.Mirror(raster.Mirror(j, in)+m-r, in)
 				acc[src] += bw * gw
 				lo, hi = min(lo, src), max(hi, src)
 			}

@@ -221,32 +221,17 @@ func NewGeometry(n, h, w int, k *psf.Kernel) Geometry {
 	return g
 }
 
-// Mirror maps index i of a padded axis (i - before relative to the data)
-// onto [0, n) by numpy's 'symmetric' rule (the edge sample repeated),
-// periodic with period 2n for paddings wider than n.
-func Mirror(i, n int) int {
-	p := 2 * n
-	i %= p
-	if i < 0 {
-		i += p
-	}
-	if i >= n {
-		i = p - 1 - i
-	}
-	return i
-}
-
 // Pad returns the padded stack.
 func Pad(in *raster.Stack, g Geometry) *raster.Stack {
 	out := raster.NewStack(g.PN, g.PH, g.PW)
 	xs := make([]int, g.PW)
 	for x := range xs {
-		xs[x] = Mirror(x-g.BW, g.W)
+		xs[x] = raster.Mirror(x-g.BW, g.W)
 	}
 	for z := 0; z < g.PN; z++ {
-		sz := Mirror(z-g.BN, g.N)
+		sz := raster.Mirror(z-g.BN, g.N)
 		for y := 0; y < g.PH; y++ {
-			sy := Mirror(y-g.BH, g.H)
+			sy := raster.Mirror(y-g.BH, g.H)
 			src := in.Pix[(sz*g.H+sy)*g.W:][:g.W]
 			dst := out.Pix[(z*g.PH+y)*g.PW:][:g.PW]
 			for x, sx := range xs {
@@ -353,15 +338,7 @@ func Quantize(dst []uint16, src []float32) []uint16 {
 		dst = make([]uint16, len(src))
 	}
 	for i, v := range src {
-		c := float64(v) + 0.5
-		switch {
-		case !(c > 0):
-			dst[i] = 0
-		case c >= 65535:
-			dst[i] = 65535
-		default:
-			dst[i] = uint16(c)
-		}
+		dst[i] = raster.Clip16(float64(v) + 0.5)
 	}
 	return dst
 }

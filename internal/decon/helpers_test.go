@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
 func TestSmooth5AndPad(t *testing.T) {
@@ -27,8 +29,8 @@ func TestMirror(t *testing.T) {
 	// numpy.pad([0,1,2], 4, 'symmetric') = [0 1 2 2 1 0 | 0 1 2 | 2 1 0 0 1 2 ...]
 	want := map[int]int{-1: 0, -2: 1, -3: 2, -4: 2, -6: 0, 3: 2, 4: 1, 5: 0, 6: 0, 7: 1}
 	for i, w := range want {
-		if got := Mirror(i, 3); got != w {
-			t.Errorf("Mirror(%d, 3) = %d, want %d", i, got, w)
+		if got := raster.Mirror(i, 3); got != w {
+			t.Errorf("raster.Mirror(%d, 3) = %d, want %d", i, got, w)
 		}
 	}
 }

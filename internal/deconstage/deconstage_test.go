@@ -14,6 +14,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -28,10 +29,7 @@ const (
 func project(t *testing.T, extra map[string]any) (*config.Config, string) {
 	t.Helper()
 	dir := t.TempDir()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = dir, 1, nz
 	path := filepath.Join(dir, "config.yaml")
 	if err := synth.WriteConfig(path, o, extra); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -66,10 +67,7 @@ const (
 func memProject(t *testing.T) (string, *config.Config) {
 	t.Helper()
 	dir := t.TempDir()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = dir, 1, memNZ
 	path := filepath.Join(dir, "config.yaml")
 	if err := synth.WriteConfig(path, o, map[string]any{"decon": map[string]any{"iterations": memIterations}}); err != nil {

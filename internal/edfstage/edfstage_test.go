@@ -15,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -24,10 +25,7 @@ import (
 func project(t *testing.T, extra map[string]any) (*config.Config, [][]*raster.Gray16) {
 	t.Helper()
 	dir := t.TempDir()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NChannels = dir, 1, 2
 	path := synth.ConfigPath(dir)
 	if err := synth.WriteConfig(path, o, extra); err != nil {

@@ -1,7 +1,6 @@
 package edfstage
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -71,10 +71,7 @@ const (
 func budgetProject(t *testing.T) (string, *config.Config) {
 	t.Helper()
 	dir := t.TempDir()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NChannels = dir, 1, budgetChannels
 	path := synth.ConfigPath(dir)
 	if err := synth.WriteConfig(path, o, map[string]any{"edf": map[string]any{"sigma": 0.0, "radius_x": 1, "radius_y": 1, "z_smooth_sigma": 1.0}}); err != nil {
@@ -168,10 +165,8 @@ func TestMemBudgetHeld(t *testing.T) {
 	if len(res) != len(want) {
 		t.Fatalf("%d output files under the budget, %d unconstrained", len(res), len(want))
 	}
-	for name, b := range want {
-		if !bytes.Equal(res[name], b) {
-			t.Errorf("%s differs between the unconstrained and the budgeted run", name)
-		}
+	for _, name := range exectest.Differing(want, res) {
+		t.Errorf("%s differs between the unconstrained and the budgeted run", name)
 	}
 }
 
@@ -250,10 +245,8 @@ func TestStreamedPath(t *testing.T) {
 		t.Errorf("streams opened %d, plan %q: want 2, streamed", st.opened, res.MemPlan)
 	}
 	got := exectest.ReadTree(t, out)
-	for name, b := range want {
-		if !bytes.Equal(got[name], b) {
-			t.Errorf("%s differs between the stacked and the streamed path", name)
-		}
+	for _, name := range exectest.Differing(want, got) {
+		t.Errorf("%s differs between the stacked and the streamed path", name)
 	}
 	os.RemoveAll(out)
 	_, err = Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: st, Workers: 2,

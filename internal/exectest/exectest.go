@@ -9,12 +9,14 @@
 package exectest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,6 +130,19 @@ func ReadTree(t testing.TB, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Differing returns, sorted, the names of the files of want (a ReadTree)
+// whose bytes got lacks or holds otherwise.
+func Differing(want, got map[string][]byte) []string {
+	var names []string
+	for name, b := range want {
+		if !bytes.Equal(got[name], b) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Capture runs f (an in-process command: a urfave/cli app's RunContext) with

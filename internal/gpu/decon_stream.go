@@ -78,7 +78,7 @@ func (e *Engine) deconMakePlan(n, h, w int, k *psf.Kernel, p decon.Params, inOnD
 		pl.pn, pl.bn = g.N, 0
 		pl.w = make([]float64, g.N)
 		for z := 0; z < g.PN; z++ {
-			pl.w[decon.Mirror(z-g.BN, g.N)]++
+			pl.w[raster.Mirror(z-g.BN, g.N)]++
 		}
 	} else {
 		for i := range pl.w {
@@ -333,12 +333,12 @@ func (d *deconStream) pad(in *raster.Stack) {
 	obs := unsafe.Slice((*float32)(d.hobs), int64(pn)*int64(ph)*int64(pw))
 	xs := make([]int, pw)
 	for x := range xs {
-		xs[x] = decon.Mirror(x-g.BW, g.W)
+		xs[x] = raster.Mirror(x-g.BW, g.W)
 	}
 	parallelFor(pn, func(z int) {
-		sz := decon.Mirror(z-bn, g.N)
+		sz := raster.Mirror(z-bn, g.N)
 		for y := 0; y < ph; y++ {
-			src := in.Pix[(sz*g.H+decon.Mirror(y-g.BH, g.H))*g.W:][:g.W]
+			src := in.Pix[(sz*g.H+raster.Mirror(y-g.BH, g.H))*g.W:][:g.W]
 			dst := obs[(int64(z)*int64(ph)+int64(y))*int64(pw):][:pw]
 			for x, sx := range xs {
 				dst[x] = src[sx]

@@ -89,15 +89,7 @@ func Quantize16(dst []uint16, src []float32) []uint16 {
 		dst = make([]uint16, len(src))
 	}
 	for i, v := range src {
-		c := float64(v)*65535 + 0.5
-		switch {
-		case !(c > 0): // also catches NaN
-			dst[i] = 0
-		case c >= 65535:
-			dst[i] = 65535
-		default:
-			dst[i] = uint16(c)
-		}
+		dst[i] = Clip16(float64(v)*65535 + 0.5)
 	}
 	return dst
 }
@@ -106,4 +98,33 @@ func Quantize16(dst []uint16, src []float32) []uint16 {
 // positions are the mosaic coordinates of a tile's pixel (0, 0).
 type Point struct {
 	Y, X float64
+}
+
+// Clip16 converts counts c to uint16 by truncation, clipped to [0, 65535]:
+// c <= 0 and NaN give 0. Callers add 0.5 first to round half up.
+func Clip16(c float64) uint16 {
+	switch {
+	case !(c > 0): // also catches NaN
+		return 0
+	case c >= 65535:
+		return 65535
+	default:
+		return uint16(c)
+	}
+}
+
+// Mirror maps index i of a padded axis (i - before relative to the data)
+// onto [0, n) by numpy's 'symmetric' rule, half-sample symmetric extension
+// (… c b a | a b c … x y z | z y x …: the edge sample repeated), periodic
+// with period 2n for paddings wider than n.
+func Mirror(i, n int) int {
+	p := 2 * n
+	i %= p
+	if i < 0 {
+		i += p
+	}
+	if i >= n {
+		i = p - 1 - i
+	}
+	return i
 }

@@ -1,7 +1,6 @@
 package regstage
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -132,10 +131,8 @@ func TestMemBudgetHeld(t *testing.T) {
 	if len(got) != len(want) || len(got) < memCycles*memChannels+1+5*(memCycles-1) {
 		t.Fatalf("%d output files under the budget, %d unconstrained", len(got), len(want))
 	}
-	for name, b := range want {
-		if !bytes.Equal(got[name], b) {
-			t.Errorf("%s differs between the unconstrained and the budgeted run", name)
-		}
+	for _, name := range exectest.Differing(want, got) {
+		t.Errorf("%s differs between the unconstrained and the budgeted run", name)
 	}
 }
 
@@ -228,10 +225,8 @@ func TestPlansSameOutput(t *testing.T) {
 		} else if len(got) != len(want) {
 			t.Errorf("plan %+v: %d files, %d with the preferred plan", p, len(got), len(want))
 		}
-		for name, b := range want {
-			if !bytes.Equal(got[name], b) {
-				t.Errorf("plan %+v: %s differs", p, name)
-			}
+		for _, name := range exectest.Differing(want, got) {
+			t.Errorf("plan %+v: %s differs", p, name)
 		}
 		if err := os.RemoveAll(out); err != nil {
 			t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
 // Tolerances of TestAlignSyntheticCODEX, px, on the relative position of
@@ -78,10 +78,7 @@ func TestAlignSyntheticCODEX(t *testing.T) {
 		}
 		name := fmt.Sprintf("%dx%d_z%d_seed%d", c.rows, c.cols, c.nz, c.seed)
 		t.Run(name, func(t *testing.T) {
-			o, err := synth.Preset("tiny")
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := synthtest.Tiny(t)
 			o.OutDir = t.TempDir()
 			o.Rows, o.Cols, o.NZ, o.Seed = c.rows, c.cols, c.nz, c.seed
 			o.NCycles, o.Channels, o.WriteTruthScene, o.Workers = 1, []int{1}, false, 2

@@ -1,7 +1,6 @@
 package stitch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -17,7 +16,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget/childproc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
 // The child side of the budget tests: run by TestMemBudget* in a fresh
@@ -80,10 +79,7 @@ func childRunPlanes(t *testing.T, cfgPath string, budget int64, batch, workers i
 // tiles), 6 z-planes.
 func budgetProject(t *testing.T) (string, *config.Config) {
 	t.Helper()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir = t.TempDir()
 	o.TileH, o.TileW = 1440, 1920
 	o.NZ, o.NCycles, o.Cycles, o.Channels = 6, 1, []int{1}, []int{1}
@@ -146,10 +142,8 @@ func TestMemBudgetHeld(t *testing.T) {
 		if len(got) != len(want) || len(got) < 13 {
 			t.Fatalf("%d output files under the budget, %d unconstrained", len(got), len(want))
 		}
-		for name, b := range want {
-			if !bytes.Equal(got[name], b) {
-				t.Errorf("%s differs between the unconstrained and the budgeted run", name)
-			}
+		for _, name := range exectest.Differing(want, got) {
+			t.Errorf("%s differs between the unconstrained and the budgeted run", name)
 		}
 		if err := os.RemoveAll(out); err != nil {
 			t.Fatal(err)

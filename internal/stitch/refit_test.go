@@ -7,7 +7,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
 // TestRefitUniformFlatfield: on a dense DAPI stack of 30 small tiles the
@@ -22,10 +22,7 @@ func TestRefitUniformFlatfield(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a non-converging BaSiC fit takes tens of seconds: skipped with -short")
 	}
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir = t.TempDir()
 	o.Rows, o.Cols, o.NZ, o.NCycles, o.Channels = 5, 6, 3, 1, []int{1}
 	o.CellSpacingPx, o.NucleusSigmaPx, o.EmptyTiles = 7, 1.75, 1

@@ -13,6 +13,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/dataset"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -20,10 +21,7 @@ import (
 // z-planes) and returns its loaded config.
 func project(t *testing.T) *config.Config {
 	t.Helper()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir = t.TempDir()
 	o.NCycles, o.NZ = 1, 3
 	return synthProject(t, o)

@@ -61,11 +61,7 @@ func TestWriteOver4GiB(t *testing.T) {
 		if index < n-1 {
 			return true, nil
 		}
-		d, err := f.readIFD(off, index)
-		if err != nil {
-			return false, err
-		}
-		p, err := f.parsePage(d, index, true)
+		p, err := f.pageAt(off, index)
 		if err != nil {
 			return false, err
 		}

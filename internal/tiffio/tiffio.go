@@ -153,16 +153,21 @@ func readInfo(f *file) (Info, error) {
 // eachPage parses and hands every page (all, or only the first) to fn.
 func (f *file) eachPage(all bool, fn func(p *page) error) error {
 	return f.walk(func(index int, off int64) (bool, error) {
-		d, err := f.readIFD(off, index)
-		if err != nil {
-			return false, err
-		}
-		p, err := f.parsePage(d, index, true)
+		p, err := f.pageAt(off, index)
 		if err != nil {
 			return false, err
 		}
 		return all, fn(p)
 	})
+}
+
+// pageAt reads and parses the IFD of page index at file offset off.
+func (f *file) pageAt(off int64, index int) (*page, error) {
+	d, err := f.readIFD(off, index)
+	if err != nil {
+		return nil, err
+	}
+	return f.parsePage(d, index, true)
 }
 
 func readGray16(f *file, all bool) ([]*raster.Gray16, error) {

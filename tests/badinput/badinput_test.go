@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -190,7 +192,7 @@ func catalogue() []badCase {
 				}
 				write(t, path, b)
 				back, err := tiffio.ReadGray16(path)
-				if err != nil || !equal16(back.Pix, img.Pix) {
+				if err != nil || !slices.Equal(back.Pix, img.Pix) {
 					t.Fatalf("rewritten tile %s does not read back: %v", path, err)
 				}
 			}
@@ -215,18 +217,6 @@ func catalogue() []badCase {
 		)
 	}
 	return append(cases, hostile()...)
-}
-
-func equal16(a, b []uint16) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // classicTIFF is one uncompressed grayscale strip, built byte by byte in the
@@ -323,10 +313,7 @@ func TestBadInputs(t *testing.T) {
 		bins[w] = exectest.Build(t, "kintsugi-"+w, "../../wrappers/"+w)
 	}
 	tmpl := filepath.Join(root, "template")
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = tmpl, 1, 1
 	if err := synth.Generate(context.Background(), o); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
 // trials per stage: the count.
@@ -46,10 +47,7 @@ const fullTrials = 2
 // longer than the start-up of two processes differs).
 func project(t *testing.T) (cfg, processed string) {
 	t.Helper()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ, o.NChannels, o.Rows, o.Cols, o.TileH, o.TileW = t.TempDir(), 2, 3, 1, 2, 2, 192, 240
 	o.EmptyTiles = 0
 	if err := synth.Generate(context.Background(), o); err != nil {

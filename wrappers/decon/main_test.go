@@ -13,6 +13,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -22,10 +23,7 @@ import (
 func TestExecutable(t *testing.T) {
 	dir := t.TempDir()
 	bin := exectest.Build(t, "kintsugi-decon", ".")
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = filepath.Join(dir, "p"), 1, 2
 	cfgPath := filepath.Join(o.OutDir, "config.yaml")
 	os.MkdirAll(o.OutDir, 0o755)

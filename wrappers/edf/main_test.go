@@ -11,6 +11,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -19,10 +20,7 @@ import (
 func TestExecutable(t *testing.T) {
 	dir := t.TempDir()
 	bin := exectest.Build(t, "kintsugi-edf", ".")
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NChannels = filepath.Join(dir, "p"), 2, 2
 	os.MkdirAll(o.OutDir, 0o755)
 	cfg := synth.ConfigPath(o.OutDir)

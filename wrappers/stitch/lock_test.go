@@ -17,16 +17,14 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
 // tinyProject writes the tiny synthetic project (1 cycle, nz z-planes) and
 // its config under dir.
 func tinyProject(t *testing.T, dir string, nz int) (cfg, out string) {
 	t.Helper()
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = dir, 1, nz
 	if err := synth.Generate(context.Background(), o); err != nil {
 		t.Fatal(err)
@@ -161,10 +159,8 @@ func TestTwoRunsAndKill(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("rerun wrote %d files, the uninterrupted run %d", len(got), len(want))
 	}
-	for name, b := range want {
-		if !bytes.Equal(got[name], b) {
-			t.Errorf("%s differs from the uninterrupted run", name)
-		}
+	for _, name := range exectest.Differing(want, got) {
+		t.Errorf("%s differs from the uninterrupted run", name)
 	}
 
 	// A lock held by this test process: exit 4 naming it, output untouched.

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
 // TestExecutable builds kintsugi-stitch and runs it the way users and the
@@ -20,10 +19,7 @@ import (
 func TestExecutable(t *testing.T) {
 	dir := t.TempDir()
 	bin := exectest.Build(t, "kintsugi-stitch", ".")
-	o, err := synth.Preset("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = filepath.Join(dir, "p"), 1, 2
 	if err := synth.Generate(context.Background(), o); err != nil {
 		t.Fatal(err)
@@ -58,19 +54,9 @@ func TestExecutable(t *testing.T) {
 	out := layout.Stitched(o.OutDir, 1)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(bin, tc.args...)
-			cmd.Env = append(os.Environ(), "KINTSUGI_DEVICE_MODE=", "SLURM_CPUS_PER_TASK=", "cpus_per_task=")
-			cmd.Env = append(cmd.Env, tc.env...)
-			msg, err := cmd.CombinedOutput()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tc.code || !strings.Contains(string(msg), tc.want) {
-				t.Errorf("exit %d (want %d), output lacks %q:\n%s", code, tc.code, tc.want, msg)
+			msg, code := exectest.Run(t, bin, tc.env, tc.args...)
+			if err := exectest.Check(msg, code, tc.code, tc.want); err != nil {
+				t.Error(err)
 			}
 			_, statErr := os.Stat(layout.Sentinel(out))
 			if (tc.code == 0) != (statErr == nil) {

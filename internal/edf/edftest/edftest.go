@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -85,7 +86,7 @@ func CompareResults(t *testing.T, what string, got, want *edf.Result) {
 	if worst > 1 {
 		t.Errorf("%s: output differs from the reference by up to %d counts (y %d x %d), tolerance 1", what, worst, at/w, at%w)
 	}
-	if !equalInts(got.Used, want.Used) {
+	if !slices.Equal(got.Used, want.Used) {
 		t.Errorf("%s: used slices %v, want %v", what, got.Used, want.Used)
 	}
 	for i := range want.Stats {
@@ -255,7 +256,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 		t.Fatal(err)
 	}
 	// Valid: 0, 2, 3, 4, 6, 7 (six > 4): the first and last are dropped.
-	if want := []int{2, 3, 4, 6}; !equalInts(res.Used, want) {
+	if want := []int{2, 3, 4, 6}; !slices.Equal(res.Used, want) {
 		t.Errorf("used slices %v, want %v", res.Used, want)
 	}
 	if s := res.Stats[1]; s.Zeros < int64(zeroN+1) || s.Pixels != int64(n) {
@@ -272,7 +273,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{0, 1, 3, 4}; !equalInts(res.Used, want) {
+	if want := []int{0, 1, 3, 4}; !slices.Equal(res.Used, want) {
 		t.Errorf("four valid slices: used %v, want %v", res.Used, want)
 	}
 	// Two valid slices of four: too few.
@@ -411,18 +412,6 @@ func MaxProjection(planes []*raster.Gray16) *raster.Gray16 {
 		}
 	}
 	return out
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func abs(v int) int {
