@@ -5,7 +5,6 @@
 # the names of the EDF files; the GPU assignment and its resource limits; the functions that make a
 # rule's resources, params and shell line. Every default of a resources key comes from the schema
 # (internal/config/schema/config.schema.json), never from a number here.
-import glob
 import json
 import math
 import os

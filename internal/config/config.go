@@ -31,8 +31,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-
-	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 )
 
 //go:embed schema/config.schema.json
@@ -542,12 +540,6 @@ func parseLive(v any) ([]LiveAccount, error) {
 	}
 	return out, nil
 }
-
-// CycleName formats a cycle number as the original's two-digit name (cyc01).
-//
-// Deprecated: use layout.CycleName (kept for branches merged after the
-// layout package; nothing in this tree calls it).
-func CycleName(c int) string { return layout.CycleName(c) }
 
 // ParseLiveAccounts parses live availability given as a JSON list.
 func ParseLiveAccounts(s string) ([]LiveAccount, error) { return parseLive(s) }
