@@ -33,7 +33,10 @@ type Options struct {
 // on the whole plane as one strip.
 func Whole(h int) edf.CPU { return edf.CPU{Workers: 2, StripRows: h} }
 
-var defGate = edf.Gate{MaxZeroFrac: 0.10, MaxSatFrac: 0.05, MinValid: 3}
+// Gate is the quality gate the suite and the implementations' own tests
+// run with: a slice is used unless more than 10 % of its pixels are 0 or
+// more than 5 % saturated, and at least 3 slices must be used.
+var Gate = edf.Gate{MaxZeroFrac: 0.10, MaxSatFrac: 0.05, MinValid: 3}
 
 // Run runs the suite.
 func Run(t *testing.T, impl edf.Fuser, o Options) {
@@ -46,7 +49,9 @@ func Run(t *testing.T, impl edf.Fuser, o Options) {
 	t.Run("Wavelet", func(t *testing.T) { testWavelet(t, impl, o) })
 }
 
-func mustStack(t *testing.T, o synth.EDFStackOptions) *synth.EDFStack {
+// Stack returns the synthetic stack of o (synth.MakeEDFStack); an error is
+// fatal.
+func Stack(t testing.TB, o synth.EDFStackOptions) *synth.EDFStack {
 	t.Helper()
 	st, err := synth.MakeEDFStack(o)
 	if err != nil {
@@ -119,16 +124,16 @@ func testMatchesReference(t *testing.T, impl edf.Fuser) {
 		}(), func(p *edf.Params) { p.RadiusX, p.RadiusY = 3, 0 }},
 	}
 	for _, c := range cases {
-		st := mustStack(t, c.so)
+		st := Stack(t, c.so)
 		p := edf.DefaultParams()
 		if c.p != nil {
 			c.p(&p)
 		}
-		want, err := Whole(c.so.H).EDF(ctx, st.Planes, defGate, p)
+		want, err := Whole(c.so.H).EDF(ctx, st.Planes, Gate, p)
 		if err != nil {
 			t.Fatalf("%s: reference: %v", c.name, err)
 		}
-		got, err := impl.EDF(ctx, st.Planes, defGate, p)
+		got, err := impl.EDF(ctx, st.Planes, Gate, p)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -140,7 +145,7 @@ func testMatchesReference(t *testing.T, impl edf.Fuser) {
 			}
 		}
 		// Determinism.
-		again, err := impl.EDF(ctx, st.Planes, defGate, p)
+		again, err := impl.EDF(ctx, st.Planes, Gate, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,8 +165,8 @@ func DepthError(index []uint16, depth []float64) (med, p90 float64) {
 }
 
 func testDepthRecovery(t *testing.T, impl edf.Fuser) {
-	st := mustStack(t, synth.DefaultEDFStack())
-	res, err := impl.EDF(context.Background(), st.Planes, defGate, edf.DefaultParams())
+	st := Stack(t, synth.DefaultEDFStack())
+	res, err := impl.EDF(context.Background(), st.Planes, Gate, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,8 +202,8 @@ func RMSE(g *raster.Gray16, truth *raster.Float32) float64 {
 
 func testBorder(t *testing.T, impl edf.Fuser) {
 	so := synth.DefaultEDFStack()
-	st := mustStack(t, so)
-	res, err := impl.EDF(context.Background(), st.Planes, defGate, edf.DefaultParams())
+	st := Stack(t, so)
+	res, err := impl.EDF(context.Background(), st.Planes, Gate, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +234,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	ctx := context.Background()
 	so := synth.DefaultEDFStack()
 	so.NZ = 8
-	st := mustStack(t, so)
+	st := Stack(t, so)
 	n := so.W * so.H
 	planes := make([]*raster.Gray16, len(st.Planes))
 	for i, p := range st.Planes {
@@ -251,7 +256,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	set(1, zeroN+1, 0)
 	set(5, n/20+1, 65535)
 	set(6, n/20, 64000)
-	res, err := impl.EDF(ctx, planes, defGate, edf.DefaultParams())
+	res, err := impl.EDF(ctx, planes, Gate, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +274,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	}
 	// Four valid slices: all used.
 	four := []*raster.Gray16{planes[2], planes[3], planes[1], planes[4], planes[6]}
-	res, err = impl.EDF(ctx, four, defGate, edf.DefaultParams())
+	res, err = impl.EDF(ctx, four, Gate, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +282,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 		t.Errorf("four valid slices: used %v, want %v", res.Used, want)
 	}
 	// Two valid slices of four: too few.
-	_, err = impl.EDF(ctx, []*raster.Gray16{planes[1], planes[2], planes[5], planes[3]}, defGate, edf.DefaultParams())
+	_, err = impl.EDF(ctx, []*raster.Gray16{planes[1], planes[2], planes[5], planes[3]}, Gate, edf.DefaultParams())
 	var ge *edf.GateError
 	if !errors.Is(err, edf.ErrTooFewSlices) || !errors.As(err, &ge) || ge.Valid != 2 {
 		t.Errorf("two valid slices: error %v, want a GateError with 2 valid", err)
@@ -293,7 +298,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 		}
 	}
 	for name, s := range map[string][]*raster.Gray16{"empty": empty, "saturated": sat} {
-		if _, err := impl.EDF(ctx, s, defGate, edf.DefaultParams()); !errors.Is(err, edf.ErrTooFewSlices) {
+		if _, err := impl.EDF(ctx, s, Gate, edf.DefaultParams()); !errors.Is(err, edf.ErrTooFewSlices) {
 			t.Errorf("%s stack: error %v, want ErrTooFewSlices", name, err)
 		}
 	}
@@ -303,12 +308,12 @@ func testGate(t *testing.T, impl edf.Fuser) {
 // identical slices fuses to the first used one everywhere, with and
 // without index smoothing.
 func testTies(t *testing.T, impl edf.Fuser) {
-	st := mustStack(t, synth.DefaultEDFStack())
+	st := Stack(t, synth.DefaultEDFStack())
 	same := []*raster.Gray16{st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3]}
 	for _, zs := range []float64{0, 1} {
 		p := edf.DefaultParams()
 		p.ZSmoothSigma = zs
-		res, err := impl.EDF(context.Background(), same, defGate, p)
+		res, err := impl.EDF(context.Background(), same, Gate, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,38 +327,38 @@ func testTies(t *testing.T, impl edf.Fuser) {
 
 func testBadInput(t *testing.T, impl edf.Fuser) {
 	ctx := context.Background()
-	st := mustStack(t, synth.DefaultEDFStack())
+	st := Stack(t, synth.DefaultEDFStack())
 	p := edf.DefaultParams()
 	mixed := append([]*raster.Gray16{raster.NewGray16(5, 5)}, st.Planes[1:]...)
-	if _, err := impl.EDF(ctx, mixed, defGate, p); err == nil || !strings.Contains(err.Error(), "plane 1") {
+	if _, err := impl.EDF(ctx, mixed, Gate, p); err == nil || !strings.Contains(err.Error(), "plane 1") {
 		t.Errorf("planes of different sizes: error %v, want one naming plane 1", err)
 	}
-	if _, err := impl.EDF(ctx, nil, defGate, p); err == nil {
+	if _, err := impl.EDF(ctx, nil, Gate, p); err == nil {
 		t.Error("no planes: no error")
 	}
 	bad := p
 	bad.Method = "laplace"
-	if _, err := impl.EDF(ctx, st.Planes, defGate, bad); err == nil || !strings.Contains(err.Error(), "edf.method") {
+	if _, err := impl.EDF(ctx, st.Planes, Gate, bad); err == nil || !strings.Contains(err.Error(), "edf.method") {
 		t.Errorf("unknown method: error %v, want one naming edf.method", err)
 	}
 	bad = p
 	bad.Sigma = -1
-	if _, err := impl.EDF(ctx, st.Planes, defGate, bad); err == nil || !strings.Contains(err.Error(), "edf.sigma") {
+	if _, err := impl.EDF(ctx, st.Planes, Gate, bad); err == nil || !strings.Contains(err.Error(), "edf.sigma") {
 		t.Errorf("negative sigma: error %v, want one naming edf.sigma", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := impl.EDF(cctx, st.Planes, defGate, p); !errors.Is(err, context.Canceled) {
+	if _, err := impl.EDF(cctx, st.Planes, Gate, p); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: error %v, want context.Canceled", err)
 	}
 }
 
 func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	ctx := context.Background()
-	st := mustStack(t, synth.DefaultEDFStack())
+	st := Stack(t, synth.DefaultEDFStack())
 	p := edf.DefaultParams()
 	p.Method = edf.MethodWavelet
-	res, err := impl.EDF(ctx, st.Planes, defGate, p)
+	res, err := impl.EDF(ctx, st.Planes, Gate, p)
 	if !o.Wavelet {
 		if err == nil || !strings.Contains(err.Error(), "edf.method") {
 			t.Errorf("wavelet on an implementation without it: error %v, want one naming edf.method", err)
@@ -363,24 +368,24 @@ func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := edf.CPU{Workers: 2}.EDF(ctx, st.Planes, defGate, p)
+	ref, err := edf.CPU{Workers: 2}.EDF(ctx, st.Planes, Gate, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	CompareResults(t, "wavelet", res, ref)
 	q := p
 	q.WaveletLevels = 2
-	r2, err := impl.EDF(ctx, st.Planes, defGate, q)
+	r2, err := impl.EDF(ctx, st.Planes, Gate, q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref2, err := edf.CPU{Workers: 3}.EDF(ctx, st.Planes, defGate, q)
+	ref2, err := edf.CPU{Workers: 3}.EDF(ctx, st.Planes, Gate, q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	CompareResults(t, "wavelet, 2 levels", r2, ref2)
 	pv := edf.DefaultParams()
-	vres, err := impl.EDF(ctx, st.Planes, defGate, pv)
+	vres, err := impl.EDF(ctx, st.Planes, Gate, pv)
 	if err != nil {
 		t.Fatal(err)
 	}
