@@ -11,6 +11,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
 // TestDeconVsCPU compares the GPU with the CPU reference on the same data:
@@ -63,16 +64,25 @@ func TestDeconVsCPU(t *testing.T) {
 			t.Errorf("%s: GPU differs from the CPU by %g (max %g, tolerance %g relative)", c.name, d, m, c.tol)
 		}
 		// the stage's form: rounded on the device, as decon.Quantize
-		pages, _, err := testEngine.DeconvolveGray16(context.Background(), sc.Noisy, c.k, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for z, pg := range pages {
-			q := decon.Quantize(nil, got.Plane(z))
-			for i := range q {
-				if pg.Pix[i] != q[i] {
-					t.Fatalf("%s: DeconvolveGray16 plane %d pixel %d = %d, Quantize %d", c.name, z, i, pg.Pix[i], q[i])
-				}
+		checkGray16(t, c.name, "DeconvolveGray16", sc.Noisy, c.k, p, got)
+	}
+}
+
+// checkGray16 runs the stage's form, DeconvolveGray16 (rounded on the
+// device), on in with k and p, and fails t unless every page is
+// decon.Quantize of got, the float32 result of the same deconvolution; the
+// message names the case and the form.
+func checkGray16(t *testing.T, name, form string, in *raster.Stack, k *psf.Kernel, p decon.Params, got *raster.Stack) {
+	t.Helper()
+	pages, _, err := testEngine.DeconvolveGray16(context.Background(), in, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for z, pg := range pages {
+		q := decon.Quantize(nil, got.Plane(z))
+		for i := range q {
+			if pg.Pix[i] != q[i] {
+				t.Fatalf("%s: %s plane %d pixel %d = %d, Quantize %d", name, form, z, i, pg.Pix[i], q[i])
 			}
 		}
 	}
@@ -159,18 +169,7 @@ func TestDeconStreamed(t *testing.T) {
 		if e > 1e-4 {
 			t.Errorf("%s: streamed differs from resident by %.3g of the maximum (tolerance 1e-4)", c.name, e)
 		}
-		pages, _, err := testEngine.DeconvolveGray16(ctx, sc.Noisy, c.k, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for z, pg := range pages {
-			q := decon.Quantize(nil, got.Plane(z))
-			for i := range q {
-				if pg.Pix[i] != q[i] {
-					t.Fatalf("%s: streamed DeconvolveGray16 plane %d pixel %d = %d, Quantize %d", c.name, z, i, pg.Pix[i], q[i])
-				}
-			}
-		}
+		checkGray16(t, c.name, "streamed DeconvolveGray16", sc.Noisy, c.k, p, got)
 		// device form: the input is on the device, the iterates are streamed
 		din, err := testEngine.UploadStack(ctx, sc.Noisy)
 		if err != nil {
