@@ -89,7 +89,7 @@ func EvaluateEDF(ctx context.Context, so synth.EDFStackOptions, seeds []uint64, 
 				} else {
 					best := math.Inf(1)
 					for _, k := range used {
-						if e := rmse16(st.Planes[k], st.Sharp); e < best {
+						if e := RMSE16(st.Planes[k], st.Sharp); e < best {
 							best, out = e, st.Planes[k]
 						}
 					}
@@ -97,7 +97,7 @@ func EvaluateEDF(ctx context.Context, so synth.EDFStackOptions, seeds []uint64, 
 			}
 			a := &acc[mi]
 			a.secs += time.Since(t).Seconds()
-			e := rmse16(out, st.Sharp)
+			e := RMSE16(out, st.Sharp)
 			a.rmse += e
 			a.nrmse += e / sd
 			a.ncc += ncc16(out, st.Sharp)
@@ -139,7 +139,9 @@ func WriteEDFTable(w io.Writer, r EDFReport) error {
 	return tw.Flush()
 }
 
-func rmse16(g *raster.Gray16, truth *raster.Float32) float64 {
+// RMSE16 is the root-mean-square difference of a plane from a truth of
+// the same size, counts.
+func RMSE16(g *raster.Gray16, truth *raster.Float32) float64 {
 	var s float64
 	for i, v := range g.Pix {
 		d := float64(v) - float64(truth.Pix[i])

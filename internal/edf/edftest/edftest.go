@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -182,22 +183,12 @@ func testDepthRecovery(t *testing.T, impl edf.Fuser) {
 		t.Errorf("depth error median %.2f (max 0.5), 90th percentile %.2f (max 2.25) planes", med, p90)
 	}
 	// The EDF beats every single slice against the sharp truth.
-	e := RMSE(res.Out, st.Sharp)
+	e := accuracy.RMSE16(res.Out, st.Sharp)
 	for k, pl := range st.Planes {
-		if ek := RMSE(pl, st.Sharp); ek <= e {
+		if ek := accuracy.RMSE16(pl, st.Sharp); ek <= e {
 			t.Errorf("slice %d is closer to the sharp truth (RMSE %.1f) than the EDF (%.1f)", k, ek, e)
 		}
 	}
-}
-
-// RMSE is the root-mean-square difference of a plane from a truth, counts.
-func RMSE(g *raster.Gray16, truth *raster.Float32) float64 {
-	var s float64
-	for i, v := range g.Pix {
-		d := float64(v) - float64(truth.Pix[i])
-		s += d * d
-	}
-	return math.Sqrt(s / float64(len(g.Pix)))
 }
 
 func testBorder(t *testing.T, impl edf.Fuser) {
@@ -389,9 +380,9 @@ func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ew, ev := RMSE(res.Out, st.Sharp), RMSE(vres.Out, st.Sharp)
+	ew, ev := accuracy.RMSE16(res.Out, st.Sharp), accuracy.RMSE16(vres.Out, st.Sharp)
 	mp := MaxProjection(st.Planes[1 : len(st.Planes)-1])
-	em := RMSE(mp, st.Sharp)
+	em := accuracy.RMSE16(mp, st.Sharp)
 	med, p90 := DepthError(res.Index, st.Depth)
 	t.Logf("RMSE vs sharp truth: wavelet %.1f, variance %.1f, max projection %.1f counts; wavelet height map error median %.2f, p90 %.2f planes", ew, ev, em, med, p90)
 	if !(ew < ev) || !(ew < em) {
