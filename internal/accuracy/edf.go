@@ -102,7 +102,7 @@ func EvaluateEDF(ctx context.Context, so synth.EDFStackOptions, seeds []uint64, 
 			a.nrmse += e / sd
 			a.ncc += ncc16(out, st.Sharp)
 			if index != nil {
-				med, p90 := depthError(index, st.Depth)
+				med, p90 := DepthError(index, st.Depth)
 				a.med += med
 				a.p90 += p90
 				a.depth = true
@@ -182,8 +182,10 @@ func stdDev(v []float32) float64 {
 	return math.Sqrt(s / float64(len(v)))
 }
 
-// depthError: median and 90th percentile of |index - depth|, planes.
-func depthError(index []uint16, depth []float64) (med, p90 float64) {
+// DepthError returns the median and the 90th percentile over all pixels of
+// |index - depth|: an EDF index map (edf.Result.Index, the plane used per
+// pixel) against the true in-focus depth (synth.EDFStack.Depth), planes.
+func DepthError(index []uint16, depth []float64) (med, p90 float64) {
 	e := make([]float64, len(index))
 	for i, k := range index {
 		e[i] = math.Abs(float64(k) - depth[i])

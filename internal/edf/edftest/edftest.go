@@ -11,9 +11,7 @@ package edftest
 import (
 	"context"
 	"errors"
-	"math"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -154,24 +152,13 @@ func testMatchesReference(t *testing.T, impl edf.Fuser) {
 	}
 }
 
-// DepthError returns the median and the 90th percentile of |index - depth|
-// in planes over all pixels.
-func DepthError(index []uint16, depth []float64) (med, p90 float64) {
-	e := make([]float64, len(index))
-	for i, k := range index {
-		e[i] = math.Abs(float64(k) - depth[i])
-	}
-	sort.Float64s(e)
-	return e[len(e)/2], e[len(e)*9/10]
-}
-
 func testDepthRecovery(t *testing.T, impl edf.Fuser) {
 	st := Stack(t, synth.DefaultEDFStack())
 	res, err := impl.EDF(context.Background(), st.Planes, Gate, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)
 	}
-	med, p90 := DepthError(res.Index, st.Depth)
+	med, p90 := accuracy.DepthError(res.Index, st.Depth)
 	t.Logf("variance EDF depth error: median %.2f, 90th percentile %.2f planes (blur %.1f px per plane)", med, p90, synth.DefaultEDFStack().Blur)
 	// Bounds: the truth is continuous, the index an integer (0.5 from
 	// rounding alone); sigma 10 pre-smoothing spreads the decision over
@@ -214,7 +201,7 @@ func testBorder(t *testing.T, impl edf.Fuser) {
 		}
 		bi, bd = append(bi, res.Index[i]), append(bd, st.Depth[i])
 	}
-	med, p90 := DepthError(bi, bd)
+	med, p90 := accuracy.DepthError(bi, bd)
 	t.Logf("outermost rows and columns: depth error median %.2f, p90 %.2f planes", med, p90)
 	if med > 1 || p90 > 3.5 {
 		t.Errorf("outermost rows and columns: depth error median %.2f (max 1), p90 %.2f (max 3.5) planes", med, p90)
@@ -383,7 +370,7 @@ func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	ew, ev := accuracy.RMSE16(res.Out, st.Sharp), accuracy.RMSE16(vres.Out, st.Sharp)
 	mp := MaxProjection(st.Planes[1 : len(st.Planes)-1])
 	em := accuracy.RMSE16(mp, st.Sharp)
-	med, p90 := DepthError(res.Index, st.Depth)
+	med, p90 := accuracy.DepthError(res.Index, st.Depth)
 	t.Logf("RMSE vs sharp truth: wavelet %.1f, variance %.1f, max projection %.1f counts; wavelet height map error median %.2f, p90 %.2f planes", ew, ev, em, med, p90)
 	if !(ew < ev) || !(ew < em) {
 		t.Errorf("wavelet RMSE %.1f not below variance %.1f and max projection %.1f", ew, ev, em)
