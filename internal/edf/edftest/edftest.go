@@ -59,6 +59,16 @@ func Stack(t testing.TB, o synth.EDFStackOptions) *synth.EDFStack {
 	return st
 }
 
+// fuse runs f on planes with the suite's gate and p; an error is fatal.
+func fuse(t *testing.T, f edf.Fuser, planes []*raster.Gray16, p edf.Params) *edf.Result {
+	t.Helper()
+	res, err := f.EDF(context.Background(), planes, Gate, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // CompareResults fails t unless got's index map equals want's exactly and
 // its output is within 1 count (the GPU contract), naming the first and
 // worst differences.
@@ -144,20 +154,14 @@ func testMatchesReference(t *testing.T, impl edf.Fuser) {
 			}
 		}
 		// Determinism.
-		again, err := impl.EDF(ctx, st.Planes, Gate, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		again := fuse(t, impl, st.Planes, p)
 		CompareResults(t, c.name+" (second run)", again, got)
 	}
 }
 
 func testDepthRecovery(t *testing.T, impl edf.Fuser) {
 	st := Stack(t, synth.DefaultEDFStack())
-	res, err := impl.EDF(context.Background(), st.Planes, Gate, edf.DefaultParams())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := fuse(t, impl, st.Planes, edf.DefaultParams())
 	med, p90 := accuracy.DepthError(res.Index, st.Depth)
 	t.Logf("variance EDF depth error: median %.2f, 90th percentile %.2f planes (blur %.1f px per plane)", med, p90, synth.DefaultEDFStack().Blur)
 	// Bounds: the truth is continuous, the index an integer (0.5 from
@@ -181,10 +185,7 @@ func testDepthRecovery(t *testing.T, impl edf.Fuser) {
 func testBorder(t *testing.T, impl edf.Fuser) {
 	so := synth.DefaultEDFStack()
 	st := Stack(t, so)
-	res, err := impl.EDF(context.Background(), st.Planes, Gate, edf.DefaultParams())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := fuse(t, impl, st.Planes, edf.DefaultParams())
 	// The original's tile blending weights the outermost row and column
 	// 0 (they come out 0); here every border pixel is a slice's pixel
 	// (background 400 counts, never 0) from a slice near the true depth.
@@ -291,10 +292,7 @@ func testTies(t *testing.T, impl edf.Fuser) {
 	for _, zs := range []float64{0, 1} {
 		p := edf.DefaultParams()
 		p.ZSmoothSigma = zs
-		res, err := impl.EDF(context.Background(), same, Gate, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := fuse(t, impl, same, p)
 		for i, k := range res.Index {
 			if k != 1 { // slices 1..4 used (six valid: first and last dropped)
 				t.Fatalf("z_smooth_sigma %g: identical slices, pixel %d from slice %d, want the first used (1)", zs, i, k)
@@ -346,27 +344,15 @@ func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := edf.CPU{Workers: 2}.EDF(ctx, st.Planes, Gate, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := fuse(t, edf.CPU{Workers: 2}, st.Planes, p)
 	CompareResults(t, "wavelet", res, ref)
 	q := p
 	q.WaveletLevels = 2
-	r2, err := impl.EDF(ctx, st.Planes, Gate, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref2, err := edf.CPU{Workers: 3}.EDF(ctx, st.Planes, Gate, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r2 := fuse(t, impl, st.Planes, q)
+	ref2 := fuse(t, edf.CPU{Workers: 3}, st.Planes, q)
 	CompareResults(t, "wavelet, 2 levels", r2, ref2)
 	pv := edf.DefaultParams()
-	vres, err := impl.EDF(ctx, st.Planes, Gate, pv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vres := fuse(t, impl, st.Planes, pv)
 	ew, ev := accuracy.RMSE16(res.Out, st.Sharp), accuracy.RMSE16(vres.Out, st.Sharp)
 	mp := MaxProjection(st.Planes[1 : len(st.Planes)-1])
 	em := accuracy.RMSE16(mp, st.Sharp)
