@@ -24,7 +24,7 @@ func TestExecutable(t *testing.T) {
 	bin := exectest.Build(t, "kintsugi-decon", ".")
 	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = filepath.Join(dir, "p"), 1, 2
-	cfgPath := synthtest.WriteConfig(t, o, nil)
+	cfgPath := synthtest.WriteConfig(t, o)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)

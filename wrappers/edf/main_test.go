@@ -22,7 +22,7 @@ func TestExecutable(t *testing.T) {
 	bin := exectest.Build(t, "kintsugi-edf", ".")
 	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NChannels = filepath.Join(dir, "p"), 2, 2
-	cfg := synthtest.WriteConfig(t, o, nil)
+	cfg := synthtest.WriteConfig(t, o)
 	wav := filepath.Join(dir, "wavelet.yaml")
 	data, _ := os.ReadFile(cfg)
 	os.WriteFile(wav, append(data, []byte("edf: {method: wavelet}\n")...), 0o644)

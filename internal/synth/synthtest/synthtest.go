@@ -23,30 +23,30 @@ func Tiny(t testing.TB) synth.Options {
 	return o
 }
 
-// WriteConfig writes the config of the synthetic project o to its default
-// place, synth.ConfigPath(o.OutDir), creating o.OutDir, with the top-level
-// keys of extra replacing the generated ones (synth.WriteConfig), and
-// returns that path. It writes no image: the test writes the stage's input
-// itself. An error is fatal.
-func WriteConfig(t testing.TB, o synth.Options, extra map[string]any) string {
+// WriteConfig writes the config of the synthetic project o
+// (synth.WriteConfig, no extra keys) to its default place,
+// synth.ConfigPath(o.OutDir), creating o.OutDir, and returns that path. It
+// writes no image: the test writes the stage's input itself. An error is
+// fatal.
+func WriteConfig(t testing.TB, o synth.Options) string {
 	t.Helper()
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	path := synth.ConfigPath(o.OutDir)
-	if err := synth.WriteConfig(path, o, extra); err != nil {
+	if err := synth.WriteConfig(path, o, nil); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
 // Generate generates the synthetic project o (synth.Generate: the raw tiles
-// and the truth under o.OutDir), writes its config (WriteConfig, no extra
-// keys) and returns the config's path. An error is fatal.
+// and the truth under o.OutDir), writes its config (WriteConfig) and
+// returns the config's path. An error is fatal.
 func Generate(t testing.TB, o synth.Options) string {
 	t.Helper()
 	if err := synth.Generate(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
-	return WriteConfig(t, o, nil)
+	return WriteConfig(t, o)
 }
