@@ -228,3 +228,7 @@ func (s *sink) Plane(ctx context.Context, ch, z int, img *raster.Gray16) error {
 	s.done++
 	return nil
 }
+
+// Name describes the engines for logs (the stitch engine's: on the GPU the
+// one engine of all three).
+func (e Engines) Name() string { return e.Stitch.Name() }
