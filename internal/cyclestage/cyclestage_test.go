@@ -50,12 +50,12 @@ func cpuEngines() Engines {
 	return Engines{Stitch: stitch.NewCPUEngine(workers), Decon: deconstage.CPUEngine{Workers: workers}, EDF: edf.CPU{Workers: workers}}
 }
 
-// chain runs the three stages one after the other, as three jobs would.
-func chain(t *testing.T, cfg *config.Config) {
+// chain runs the three stages one after the other on e, as three jobs
+// would.
+func chain(t *testing.T, cfg *config.Config, e Engines, batch int) {
 	t.Helper()
 	ctx := context.Background()
-	e := cpuEngines()
-	if _, err := stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: 1, Engine: e.Stitch, Workers: workers}); err != nil {
+	if _, err := stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: 1, Engine: e.Stitch, Workers: workers, Batch: batch}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: 1, Engine: e.Decon, Workers: workers}); err != nil {
@@ -98,20 +98,24 @@ func outputs(t *testing.T, cfg *config.Config) map[string][]byte {
 	return tree
 }
 
-// TestFused: the fused cycle writes exactly the chain's files, byte for
-// byte (time lines and the project directory masked), on the CPU engines;
-// with keep_intermediates false the same files less the stitched and
+// TestFused: the fused cycle writes exactly the chain's files on the CPU
+// engines (conformFused).
+func TestFused(t *testing.T) { conformFused(t, cpuEngines(), 0) }
+
+// conformFused: the fused cycle on e writes exactly the chain's files,
+// byte for byte (time lines and the project directory masked); with
+// keep_intermediates false the same files less the stitched and
 // deconvolved planes.
-func TestFused(t *testing.T) {
+func conformFused(t *testing.T, e Engines, batch int) {
 	ref := project(t)
-	chain(t, ref)
+	chain(t, ref, e, batch)
 	want := outputs(t, ref)
 	if len(want) < 2*3*4 {
 		t.Fatalf("the chain wrote %d files", len(want))
 	}
 	t.Run("keep_intermediates", func(t *testing.T) {
 		cfg := project(t)
-		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engines: cpuEngines(), Workers: workers, KeepIntermediates: true})
+		res, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engines: e, Workers: workers, Batch: batch, KeepIntermediates: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +129,7 @@ func TestFused(t *testing.T) {
 	})
 	t.Run("no_intermediates", func(t *testing.T) {
 		cfg := project(t)
-		if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engines: cpuEngines(), Workers: workers}); err != nil {
+		if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engines: e, Workers: workers, Batch: batch}); err != nil {
 			t.Fatal(err)
 		}
 		got := outputs(t, cfg)
