@@ -3,7 +3,7 @@
 # installed. The CUDA build (`make gpu`) lives in mk/cuda.mk.
 GO        ?= go
 BIN       ?= bin
-CMDS      := wrappers/stitch wrappers/decon wrappers/edf wrappers/register \
+CMDS      := wrappers/stitch wrappers/decon wrappers/edf wrappers/cycle wrappers/register \
              cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi-accuracy cmd/kintsugi-qc \
              cmd/kintsugi-config
 LDFLAGS   := -s -w

@@ -31,6 +31,7 @@ min_version("7.21")
 #                           and description), the project layout, the GPU assignment, the functions
 #                           that make a rule's resources, params and shell line
 #   rules/stitch.smk, decon.smk, edf.smk (+ validate), registration.smk: one GPU rule each
+#   rules/cycle.smk         with fused: true, the one GPU job per cycle that does stitch, decon and edf
 #   rules/qc.smk, report.smk: the CPU QC rules and the report page
 
 # ---- the config: loading and validation (rules/common.smk, the Go validator first) --------------------
@@ -58,6 +59,11 @@ rule all:
 include: "rules/stitch.smk"
 include: "rules/decon.smk"
 include: "rules/edf.smk"
+if FUSED:
+
+    include: "rules/cycle.smk"
+
+
 include: "rules/registration.smk"
 include: "rules/qc.smk"
 include: "rules/report.smk"
