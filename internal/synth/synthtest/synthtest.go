@@ -8,6 +8,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
@@ -49,4 +50,15 @@ func Generate(t testing.TB, o synth.Options) string {
 		t.Fatal(err)
 	}
 	return WriteConfig(t, o)
+}
+
+// Project generates the synthetic project o with its config (Generate) and
+// returns the config loaded (config.Load); an error is fatal.
+func Project(t testing.TB, o synth.Options) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(Generate(t, o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
