@@ -20,7 +20,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
@@ -34,18 +33,7 @@ func project(t *testing.T) *config.Config {
 	o := synthtest.Tiny(t)
 	o.OutDir = t.TempDir()
 	o.NCycles, o.NZ = 1, 3
-	if err := synth.Generate(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	path := synth.ConfigPath(o.OutDir)
-	if err := synth.WriteConfig(path, o, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return synthtest.Project(t, o)
 }
 
 func cpuEngines() Engines {
