@@ -64,6 +64,7 @@ e2e: build
 	SNAKEMAKE=$(SM9) tests/e2e/local_quoting.sh
 	KINTSUGI_E2E_DIR=$(E2E_DIR)-7 E2E_SNAKEMAKE=$(SM7) tests/e2e/run.sh
 	KINTSUGI_E2E_DIR=$(E2E_DIR)-9 E2E_SNAKEMAKE=$(SM9) E2E_CONFIG_FROM=init tests/e2e/run.sh
+	KINTSUGI_FUSED_DIR=$(E2E_DIR)-fused E2E_SNAKEMAKE=$(SM9) tests/e2e/fused.sh
 	KILL_RERUN_N=$(E2E_KILL_RERUN_N) KILL_RERUN_STAGES="$(E2E_KILL_RERUN_STAGES)" tests/e2e/kill_rerun.sh
 	tests/e2e/stale_coordinator.sh
 

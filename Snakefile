@@ -6,9 +6,10 @@
 #   snakemake stitch_all   --configfile config.yaml --cores 4                 # local, no SLURM
 #
 # Targets: stitch_all (stitched sentinels), registration (pulls in stitch, deconvolve, edf of every
-# cycle; no QC rule), qc (the four QC sentinels), all (registration + every QC sentinel), validate.
+# cycle, or with fused: true, the default, one cycle job per cycle; no QC rule), qc (the four QC
+# sentinels), all (registration + every QC sentinel), validate.
 #
-# Every per-cycle rule (stitch, deconvolve, edf) and registration runs on one GPU under the SLURM
+# Every per-cycle rule (cycle, or stitch, deconvolve, edf) and registration runs on one GPU under the SLURM
 # account bin/kintsugi-assign chose (GPU-only: cycles beyond the GPU slots queue in SLURM; there is no
 # CPU fallback). QC rules run on the CPU partition of the helper's CPU assignment without any GPU.
 # GPU jobs in flight never exceed the helper's "jobs" (the accounts' total GPU slots): every GPU rule

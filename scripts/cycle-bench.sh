@@ -19,21 +19,22 @@ reset() {
   rm -rf "$d/data/processed" "${proc:+$proc/kintsugi-processed}"
   if [ -n "$proc" ]; then mkdir -p "$proc/kintsugi-processed"; ln -s "$proc/kintsugi-processed" "$d/data/processed"; fi
 }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
 job() { # name mem_mb exe args...: one job, its wall time and peak memory
   local name=$1 mem=$2; shift 2
-  local t0; t0=$(date +%s.%N)
+  local t0; t0=$(date +%s%N)
   env cpus_per_task=4 SLURM_CPUS_PER_TASK=4 SLURM_MEM_PER_NODE=$mem taskset -c $cpus "$@" --log-format text > "$d/$name.log" 2>&1 || { tail -20 "$d/$name.log"; exit 1; }
-  local t1; t1=$(date +%s.%N)
+  local t1; t1=$(date +%s%N)
   local peak; peak=$(grep -o 'vmhwm_mib=[0-9]*' "$d/$name.log" | tail -1 | cut -d= -f2)
-  printf '%-28s %7.1f s  peak %6s MiB  (mem_mb %s)\n' "$name" "$(echo "$t1 - $t0" | bc)" "$peak" "$mem"
+  printf '%-28s %7.1f s  peak %6s MiB  (mem_mb %s)\n' "$name" "$(secs "$t0" "$t1")" "$peak" "$mem"
 }
 hashes() { (cd "$d/data/processed/" && find -L . -type f -name '*.tif' | sort | xargs -P 8 -n 16 sha256sum | sort -k2) > "$1"; }
 reset
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 job chain-stitch 8000 "$bin/kintsugi-stitch" run --config "$cfg" --cycle 1
 job chain-decon 6144 "$bin/kintsugi-decon" run --config "$cfg" --cycle 1
 job chain-edf 4096 "$bin/kintsugi-edf" run --config "$cfg" --cycle 1
-printf '%-28s %7.1f s\n' "chain (three jobs)" "$(echo "$(date +%s.%N) - $t0" | bc)"
+printf '%-28s %7.1f s\n' "chain (three jobs)" "$(secs "$t0" "$(date +%s%N)")"
 hashes "$d/chain.sha"
 reset
 job fused 12288 "$bin/kintsugi-cycle" run --config "$cfg" --cycle 1

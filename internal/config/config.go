@@ -306,7 +306,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	cfg := &Config{Path: path, Device: "gpu", BlendSigma: DefaultBlendSigma, BasicFlatfieldMin: DefaultFlatfieldMin,
 		BasicMaxIterations: 500, BasicOptimizationTolerance: 1e-6, BasicMaxReweight: 25, BasicReweightTolerance: 1e-3,
 		BasicDarkfield: true, Stitching: DefaultStitching(), Decon: DefaultDecon(), EDF: DefaultEDF(), QualityGate: DefaultQualityGate(),
-		Registration: DefaultRegistration(), KeepIntermediates: true}
+		Registration: DefaultRegistration(), Fused: true, KeepIntermediates: true}
 	if err := json.Unmarshal(buf, cfg); err != nil {
 		return nil, &Error{File: path, Msg: "decode: " + err.Error()}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
@@ -17,6 +18,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/stitch"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
@@ -122,6 +124,7 @@ func conformFused(t *testing.T, e Engines, batch int) {
 		}
 		got := outputs(t, cfg)
 		plane := regexp.MustCompile(`^(stitched|deconvolved)/cyc01/CH\d+/(deconv_)?\d+\.tif$`)
+		summary := regexp.MustCompile(`^(stitched|deconvolved)/cyc01/CH\d+/(` + regexp.QuoteMeta(layout.QCPlanesName) + `|` + regexp.QuoteMeta(layout.QCMaxProjName) + `)$`)
 		n := 0
 		for name, b := range want {
 			gb, ok := got[name]
@@ -137,10 +140,47 @@ func conformFused(t *testing.T, e Engines, batch int) {
 				t.Errorf("%s differs from the chain's", name)
 			}
 		}
-		if n != 2*2*3 || len(got) != len(want)-n {
-			t.Errorf("%d intermediate planes in the chain (want 12), %d files written (want %d)", n, len(got), len(want)-n)
+		sums := 0
+		for name := range got {
+			if summary.MatchString(name) {
+				sums++
+			} else if _, ok := want[name]; !ok {
+				t.Errorf("%s written, not by the chain", name)
+			}
+		}
+		if n != 2*2*3 || sums != 2*2*2 || len(got) != len(want)-n+sums {
+			t.Errorf("%d intermediate planes in the chain (want 12), %d QC summary files (want 8), %d files written (want %d)",
+				n, sums, len(got), len(want)-n+8)
+		}
+		// The QC of the stitch and decon stages reads the summaries: the same
+		// metrics and PNGs as from the chain's planes.
+		for _, stage := range []string{"stitch", "decon"} {
+			w, g := qcOutputs(t, ref, stage), qcOutputs(t, cfg, stage)
+			if d := exectest.Differing(w, g); len(d) > 0 || len(w) != len(g) || len(w) < 3 {
+				t.Errorf("QC %s: %d files from the chain's planes, %d from the summaries; differing %v", stage, len(w), len(g), d)
+			}
 		}
 	})
+}
+
+// qcStamp matches the time stamps and durations in the QC's JSON.
+var qcStamp = regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:\d\d)?|"[a-z_]*(seconds|elapsed)[a-z_]*": ?[0-9.e+-]+`)
+
+// qcOutputs runs the QC of stage on cfg's project and reads what it wrote
+// (qc_plots/<stage>/), time stamps and the project directory masked.
+func qcOutputs(t *testing.T, cfg *config.Config, stage string) map[string][]byte {
+	t.Helper()
+	if _, err := qc.Run(context.Background(), cfg, stage, qc.Options{Workers: workers}); err != nil {
+		t.Fatalf("qc %s: %v", stage, err)
+	}
+	tree := exectest.ReadTree(t, filepath.Join(layout.QCDir(cfg.ProjectDir), stage))
+	for name, b := range tree {
+		if strings.HasSuffix(name, ".json") {
+			b = bytes.ReplaceAll(b, []byte(cfg.ProjectDir), []byte("<project>"))
+			tree[name] = qcStamp.ReplaceAll(b, []byte("<t>"))
+		}
+	}
+	return tree
 }
 
 // TestFusedBudgetNamesItsKey: a budget below the smallest plan is refused

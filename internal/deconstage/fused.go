@@ -27,19 +27,26 @@ import (
 // stack, as Run's stack form.
 //
 // Use: NewFused (every check, the staging directory), Geometry (the
-// mosaic size, once known: the jobs and the memory plan), per channel in
-// config order Put for every plane then Channel, then Commit; Abort on any
-// failure (a no-op after Commit).
+// mosaic size, once known: the jobs and the memory plan), per channel Put
+// for every plane then Channel, then Commit; Abort on any failure (a no-op
+// after Commit). A channel's Put calls come from one goroutine; Channel of
+// one channel may run while the next channel's planes are Put (on another
+// goroutine), never two Channel calls at once.
 type Fused struct {
 	r      *cycleRun
 	stage  *staging.Dir
 	start  time.Time
 	planes bool // write the deconvolved planes (keep_intermediates)
 
-	done int               // channels deconvolved
-	cur  int               // the channel being filled; -1: none
-	dev  decon.DeviceStack // its device stack (plane form)
-	st   *raster.Stack     // its host stack (stack form)
+	done  int          // channels deconvolved
+	input []fusedInput // per channel, its planes handed in so far
+}
+
+// fusedInput is a channel's input being handed in: its device stack
+// (plane form) or its host stack (stack form); neither: not begun.
+type fusedInput struct {
+	dev decon.DeviceStack
+	st  *raster.Stack
 }
 
 // NewFused checks the settings (a bad one wraps ErrInput) and opens the
@@ -56,7 +63,7 @@ func NewFused(ctx context.Context, o Options, planes bool) (*Fused, error) {
 		return nil, err
 	}
 	r.stageDir = stage.Path
-	return &Fused{r: r, stage: stage, start: time.Now(), planes: planes, cur: -1}, nil
+	return &Fused{r: r, stage: stage, start: time.Now(), planes: planes, input: make([]fusedInput, len(r.jobs))}, nil
 }
 
 // Geometry makes every channel's job for n planes of h x w px and chooses
@@ -80,32 +87,27 @@ func (f *Fused) Geometry(ctx context.Context, n, h, w int) error {
 }
 
 // Put hands in plane z (0-based) of channel index i (config order) of
-// h x w px; channels come one after the other, planes in any order. pg is
-// only read.
+// h x w px, planes in any order. pg is only read.
 func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) error {
-	j := f.r.jobs[i]
+	j, in := f.r.jobs[i], &f.input[i]
 	if pg.W != j.w || pg.H != j.h || z < 0 || z >= j.n {
 		return fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, pg.W, pg.H, j.n-1, j.w, j.h)
 	}
-	if f.cur != i {
-		if f.cur >= 0 {
-			return fmt.Errorf("channel %d: a plane before channel %d was deconvolved", j.ch, f.r.jobs[f.cur].ch)
-		}
-		f.cur = i
+	if in.dev == nil && in.st == nil {
 		if j.mode == modePlane {
 			d, err := f.r.pe.DeconDeviceStack(ctx, j.n, j.h, j.w)
 			if err != nil {
 				return fmt.Errorf("channel %d: %w", j.ch, algInput(err))
 			}
-			f.dev = d
+			in.dev = d
 		} else {
-			f.st = raster.NewStack(j.n, j.h, j.w)
+			in.st = raster.NewStack(j.n, j.h, j.w)
 		}
 	}
-	if f.dev != nil {
-		return f.dev.PutGray16(ctx, z, pg)
+	if in.dev != nil {
+		return in.dev.PutGray16(ctx, z, pg)
 	}
-	dst := f.st.Plane(z)
+	dst := in.st.Plane(z)
 	for k, v := range pg.Pix {
 		dst[k] = float32(v)
 	}
@@ -117,8 +119,9 @@ func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) error {
 // be called from several goroutines at once), after writing it when the
 // planes are kept.
 func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.Gray16) error) error {
-	r, j := f.r, f.r.jobs[i]
-	if f.cur != i {
+	r, j, in := f.r, f.r.jobs[i], f.input[i]
+	f.input[i] = fusedInput{}
+	if in.dev == nil && in.st == nil {
 		return fmt.Errorf("channel %d: no planes handed in", j.ch)
 	}
 	c := &r.res.Channels[i]
@@ -136,12 +139,11 @@ func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.G
 		return out(z, pg)
 	}
 	var err error
-	if f.dev != nil {
-		err = f.devChannel(ctx, j, c, emit)
+	if in.dev != nil {
+		err = f.devChannel(ctx, j, in.dev, c, emit)
 	} else {
-		err = f.hostChannel(ctx, j, c, emit)
+		err = f.hostChannel(ctx, j, in.st, c, emit)
 	}
-	f.cur, f.dev, f.st = -1, nil, nil
 	if err != nil {
 		return fmt.Errorf("channel %d: %w", j.ch, algInput(err))
 	}
@@ -151,8 +153,7 @@ func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.G
 }
 
 // devChannel is Channel on the device-buffer form (runPlanes' path).
-func (f *Fused) devChannel(ctx context.Context, j *job, c *Channel, emit func(int, *raster.Gray16) error) error {
-	d := f.dev
+func (f *Fused) devChannel(ctx context.Context, j *job, d decon.DeviceStack, c *Channel, emit func(int, *raster.Gray16) error) error {
 	t1 := time.Now()
 	res, s, err := f.r.pe.DeconvolveDeviceStack(ctx, d, j.k, j.p)
 	d.Free()
@@ -175,9 +176,7 @@ func (f *Fused) devChannel(ctx context.Context, j *job, c *Channel, emit func(in
 }
 
 // hostChannel is Channel on the host stack (runStack's path).
-func (f *Fused) hostChannel(ctx context.Context, j *job, c *Channel, emit func(int, *raster.Gray16) error) error {
-	st := f.st
-	f.st = nil
+func (f *Fused) hostChannel(ctx context.Context, j *job, st *raster.Stack, c *Channel, emit func(int, *raster.Gray16) error) error {
 	pages, err := f.r.runStack(ctx, j, input{st: st}, c)
 	if err != nil {
 		return err
@@ -209,15 +208,21 @@ func (f *Fused) Commit() error {
 	return nil
 }
 
-// Abort frees a device stack still held and removes the staging directory
-// (nothing after Commit).
+// Abort frees the device stacks still held and removes the staging
+// directory (nothing after Commit). No Put or Channel may be running.
 func (f *Fused) Abort() {
-	if f.dev != nil {
-		f.dev.Free()
-		f.dev = nil
+	for i := range f.input {
+		if d := f.input[i].dev; d != nil {
+			d.Free()
+		}
+		f.input[i] = fusedInput{}
 	}
 	f.stage.Abort()
 }
+
+// Dir is the stage's staging directory: files written there are committed
+// with the stage.
+func (f *Fused) Dir() string { return f.stage.Path }
 
 // Result is the stage's outcome, complete after Commit.
 func (f *Fused) Result() *Result { return f.r.res }

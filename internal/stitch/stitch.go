@@ -84,17 +84,21 @@ type Options struct {
 
 // Sink receives a cycle's blended planes in the stage's order: the
 // config's channels in order, z ascending within each channel. Begin is
-// called once, after the alignment, with the mosaic size (H x W px) and
-// the z-plane numbers; Plane with each plane (ch the channel number, z the
-// z-plane number, 1-based), which it must neither change nor keep after it
-// returns (the writer may still be encoding it). An error from either
-// stops the stage. Reserve is the host memory (bytes) the sink holds at
-// once for mosaics of h x w px, n planes per channel: the stage plans its
-// own within MemBudget less that.
+// called once, after the alignment, with the stage's staging directory
+// (files the sink writes there are committed with the stage), the mosaic
+// size (H x W px) and the z-plane numbers; Plane with each plane (ch the
+// channel number, z the z-plane number, 1-based), which it must not change
+// (the writer may still be encoding it; the stage never reuses it). An
+// error from either stops the stage. End is called after the last plane,
+// before the sentinel and the commit: the sink finishes what it writes into
+// the staging directory. Reserve is the host memory (bytes) the sink holds
+// at once for mosaics of h x w px, n planes per channel: the stage plans
+// its own within MemBudget less that.
 type Sink interface {
 	Reserve(h, w, n int) int64
-	Begin(ctx context.Context, h, w int, zs []int) error
+	Begin(ctx context.Context, dir string, h, w int, zs []int) error
 	Plane(ctx context.Context, ch, z int, img *raster.Gray16) error
+	End(ctx context.Context) error
 }
 
 // Timings are the wall-clock seconds spent per step (steps overlap: reading
@@ -164,13 +168,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	r.w = newWriter(mp.Writes)
 	if o.Sink != nil {
-		if err := o.Sink.Begin(ctx, r.geom.MosaicH, r.geom.MosaicW, r.cyc.Z); err != nil {
+		if err := o.Sink.Begin(ctx, stage.Path, r.geom.MosaicH, r.geom.MosaicW, r.cyc.Z); err != nil {
 			return nil, err
 		}
 	}
 	inMem, err := r.pipeline(ctx, mp, stage.Path, start)
 	if err != nil {
 		return nil, err
+	}
+	if o.Sink != nil {
+		if err := o.Sink.End(ctx); err != nil {
+			return nil, err
+		}
 	}
 	r.tm.Write = r.w.seconds()
 	r.tm.Total = since(start)

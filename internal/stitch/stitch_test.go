@@ -27,8 +27,7 @@ func project(t *testing.T) *config.Config {
 	return synthProject(t, o)
 }
 
-// synthProject generates the synthetic project o and loads its config
-// (synthtest.Project).
+// synthProject generates the synthetic project o and loads its config.
 func synthProject(t *testing.T, o synth.Options) *config.Config {
 	t.Helper()
 	return synthtest.Project(t, o)

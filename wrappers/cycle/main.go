@@ -103,10 +103,5 @@ func runCommand(ctx context.Context, o stagecli.Opts, configPath string, cycle, 
 	_, err = cyclestage.Run(ctx, cyclestage.Options{Config: cfg, Cycle: cycle, Engines: eng, Workers: workers, Batch: batch,
 		KeepIntermediates: cfg.KeepIntermediates, MemBudget: o.MemBudget, MemBudgetSource: o.MemBudgetSource,
 		Logger: o.Logger, Lock: lock})
-	if g, ok := eng.Stitch.(*gpu.Engine); ok && err == nil {
-		if ms, merr := g.MemInfo(); merr == nil {
-			o.Logger.Info("device memory", "peak_mib", ms.DevicePeak>>20, "pool_peak_mib", ms.PoolPeak>>20, "total_mib", ms.Total>>20)
-		}
-	}
 	return stagecli.InputAsUsage(err, cyclestage.ErrInput, dataset.ErrInput, edf.ErrTooFewSlices)
 }

@@ -52,8 +52,9 @@ func Generate(t testing.TB, o synth.Options) string {
 	return WriteConfig(t, o)
 }
 
-// Project generates the synthetic project o with its config (Generate) and
-// returns the config loaded (config.Load); an error is fatal.
+// Project generates the synthetic project o (its raw tiles into o.OutDir),
+// writes its config.yaml (Generate) and returns the loaded config; any
+// error is fatal.
 func Project(t testing.TB, o synth.Options) *config.Config {
 	t.Helper()
 	cfg, err := config.Load(Generate(t, o))
