@@ -98,7 +98,7 @@ done
 $PY - "$work" <<'PY' || fail "output comparison"
 import hashlib, os, re, sys
 work = sys.argv[1]
-times = re.compile(rb"(completed=|duration_minutes=|deconvolution finished at |elapsed time: |\"(seconds|wall_s|elapsed_s|created|completed)[a-z_]*\": ?)[^\n,}]*")
+times = re.compile(rb"(^(?:completed|duration_minutes|seconds|[a-z_]*_s)=|deconvolution finished at |elapsed time: |\"(?:seconds|wall_s|elapsed_s|created|completed)[a-z_]*\": ?)[^\n,}]*", re.M)
 def tree(v):
     root = os.path.join(work, v, "data", "processed")
     out = {}
