@@ -3,6 +3,7 @@ package basictest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"log/slog"
 	"math"
 	"path/filepath"
@@ -24,6 +25,33 @@ type SynthCase struct {
 	Channel string // "dapi" (dense nuclei), "sparse" (marker on 10 % of cells), "dense" (marker on 90 %)
 	Edge    bool   // a straight tissue edge, 75 % of the mosaic on tissue
 	Seed    uint64
+	// Perturb draws, from the seed, options away from the generator's
+	// defaults (Perturbation): darkfield level, pattern amplitude, read
+	// noise, marker fraction, grid and tile shape, cell spacing, tissue
+	// cover, so that a method is not tuned to one sample.
+	Perturb bool
+}
+
+// Perturbation is what Perturb changes, drawn from Seed.
+type Perturbation struct {
+	DarkBase, DarkAmp float64 // darkfield mean of channel 1 (200-1200 counts); gradient or pattern peak to peak (x 0.5-2)
+	ReadNoise         float64 // counts rms (2-10)
+	Fraction          float64 // marker fraction factor (x 0.5-1.1, at most 1)
+	Rows, Cols        int     // grid (4-6 x 5-7)
+	TileH, TileW      int     // tile size, px (200-280 x 280-360)
+	CellSpacing       float64 // cell spacing factor (x 0.8-1.25)
+	TissueCover       float64 // with Edge: 0.6-0.9
+}
+
+// Perturbation returns c's perturbation (meaningful when c.Perturb).
+func (c SynthCase) Perturbation() Perturbation {
+	r := rand.New(rand.NewPCG(c.Seed, 77))
+	u := func(lo, hi float64) float64 { return lo + (hi-lo)*r.Float64() }
+	return Perturbation{
+		DarkBase: u(200, 1200), DarkAmp: u(0.5, 2), ReadNoise: u(2, 10), Fraction: u(0.5, 1.1),
+		Rows: 4 + r.IntN(3), Cols: 5 + r.IntN(3), TileH: 200 + 8*r.IntN(11), TileW: 280 + 8*r.IntN(11),
+		CellSpacing: u(0.8, 1.25), TissueCover: u(0.6, 0.9),
+	}
 }
 
 func (c SynthCase) String() string {
@@ -31,7 +59,11 @@ func (c SynthCase) String() string {
 	if c.Edge {
 		e = "edge"
 	}
-	return fmt.Sprintf("%-8s %-6s %-4s s%d", c.Dark, c.Channel, e, c.Seed)
+	pt := ""
+	if c.Perturb {
+		pt = " p"
+	}
+	return fmt.Sprintf("%-8s %-6s %-4s s%d%s", c.Dark, c.Channel, e, c.Seed, pt)
 }
 
 // MakeSynth generates c under dir and returns the (n, y, x) stack in
@@ -73,6 +105,18 @@ func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
 	o.Channels = []int{ch}
 	if c.Edge {
 		o.TissueCover = 0.75
+	}
+	if c.Perturb {
+		pt := c.Perturbation()
+		o.DarkfieldBase, o.ReadNoise = pt.DarkBase, pt.ReadNoise
+		o.DarkfieldGradient *= pt.DarkAmp
+		o.DarkfieldVary *= pt.DarkAmp
+		o.MarkerFraction = min(1, o.MarkerFraction*pt.Fraction)
+		o.Rows, o.Cols, o.TileH, o.TileW = pt.Rows, pt.Cols, pt.TileH, pt.TileW
+		o.CellSpacingPx *= pt.CellSpacing
+		if c.Edge {
+			o.TissueCover = pt.TissueCover
+		}
 	}
 	o.Logger = discardLogger
 	if err := synth.Generate(context.Background(), o); err != nil {
@@ -131,7 +175,7 @@ func testDenseNuclei(t *testing.T, f basic.Fitter) {
 	if testing.Short() {
 		t.Skip("-short: generator stack")
 	}
-	st, tr := MakeSynth(t, t.TempDir(), SynthCase{"flat", "dapi", false, 1})
+	st, tr := MakeSynth(t, t.TempDir(), SynthCase{Dark: "flat", Channel: "dapi", Seed: 1})
 	p := basic.Production()
 	p.DarkfieldMethod = basic.DarkfieldDarkest
 	profs, err := f.Fit(context.Background(), []*raster.Stack{st}, p)
@@ -167,7 +211,7 @@ func testStall(t *testing.T, f basic.Fitter) {
 	if testing.Short() {
 		t.Skip("-short: generator stack")
 	}
-	st, _ := MakeSynth(t, t.TempDir(), SynthCase{"vary", "sparse", true, 1})
+	st, _ := MakeSynth(t, t.TempDir(), SynthCase{Dark: "vary", Channel: "sparse", Edge: true, Seed: 1})
 	p := basic.Production()
 	p.DarkfieldMethod = basic.DarkfieldOriginal
 	profs, err := f.Fit(context.Background(), []*raster.Stack{st}, p)
