@@ -93,19 +93,22 @@ func NewDarkEnvelope(h, w, size, workers int) *DarkEnvelope {
 	return &DarkEnvelope{size: size, h: h, w: w, workers: workers}
 }
 
-// Add adds one plane's raw tiles (counts, at least 2, each h x w).
+// Add adds one plane's raw tiles (counts, at least 2, each h x w). It
+// holds the plane only at the working size (n x size² float64), never a
+// full-size float copy.
 func (e *DarkEnvelope) Add(tiles []*raster.Gray16) error {
 	if len(tiles) < 2 {
 		return fmt.Errorf("basic: dark envelope: need at least 2 tiles, got %d", len(tiles))
 	}
-	st := raster.NewStack(len(tiles), e.h, e.w)
 	for i, t := range tiles {
 		if t == nil || t.W != e.w || t.H != e.h || len(t.Pix) != e.w*e.h {
 			return fmt.Errorf("basic: dark envelope: tile %d is not %dx%d", i+1, e.w, e.h)
 		}
-		raster.Normalize16(st.Plane(i), t.Pix)
 	}
-	e.AddStack(st)
+	d := resizeImages(nil, len(tiles), e.h, e.w, e.size, e.workers, func(j int, buf []float32) []float32 {
+		return raster.Normalize16(buf, tiles[j].Pix)
+	})
+	e.addWorking(d, len(tiles))
 	return nil
 }
 
@@ -114,8 +117,12 @@ func (e *DarkEnvelope) AddStack(st *raster.Stack) {
 	if st.H != e.h || st.W != e.w {
 		panic(fmt.Sprintf("basic: DarkEnvelope.AddStack: stack %dx%d, envelope %dx%d", st.H, st.W, e.h, e.w))
 	}
-	m, n := e.size*e.size, st.N
-	d := ResizeToWorking(nil, st, e.size, e.workers)
+	e.addWorking(ResizeToWorking(nil, st, e.size, e.workers), st.N)
+}
+
+// addWorking adds a plane of n images at the working size (image-major).
+func (e *DarkEnvelope) addWorking(d []float64, n int) {
+	m := e.size * e.size
 	k := max(1, int(math.Round(envelopeFraction*float64(n))))
 	env := make([]float64, m)
 	col := make([]float64, n)
@@ -286,16 +293,8 @@ func FitPlanes(ctx context.Context, f PlaneFitter, planes [][]*raster.Gray16, p 
 	if len(planes[0]) == 0 || planes[0][0] == nil {
 		return nil, errors.New("basic: plane 0 has no tiles")
 	}
-	env := NewDarkEnvelope(planes[0][0].H, planes[0][0].W, p.WorkingSize, workers)
-	for i, tiles := range planes {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if err := env.Add(tiles); err != nil {
-			return nil, fmt.Errorf("plane %d: %w", i, err)
-		}
-	}
-	dark, err := env.Darkfield()
+	dark, err := ChannelDarkfield(ctx, len(planes), planes[0][0].H, planes[0][0].W, p, workers,
+		func(_ context.Context, i int) ([]*raster.Gray16, error) { return planes[i], nil })
 	if err != nil {
 		return nil, err
 	}
@@ -324,4 +323,31 @@ func (c CPUPlanes) Fit(ctx context.Context, planes [][]*raster.Gray16, p Params)
 		stacks[i] = st
 	}
 	return c.CPU.Fit(ctx, stacks, p)
+}
+
+// ChannelDarkfield is the first pass of ModeEnvelopeDarkfield for a stage
+// that streams planes: it reads the n planes sharing one darkfield (the
+// z-planes of one channel of a cycle) one at a time with read(ctx, i),
+// which returns plane i's raw tiles (counts, h x w), adds each to a
+// DarkEnvelope at p.WorkingSize and drops it, and returns their darkfield
+// for FitWithDarkfield. Peak memory beyond one plane's tiles: n tiles at
+// the working size (float64) per plane read, 8 MB for 63 tiles.
+func ChannelDarkfield(ctx context.Context, n, h, w int, p Params, workers int, read func(ctx context.Context, i int) ([]*raster.Gray16, error)) (Darkfield, error) {
+	if err := p.Validate(); err != nil {
+		return Darkfield{}, err
+	}
+	env := NewDarkEnvelope(h, w, p.WorkingSize, workers)
+	for i := range n {
+		tiles, err := read(ctx, i)
+		if err != nil {
+			return Darkfield{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return Darkfield{}, err
+		}
+		if err := env.Add(tiles); err != nil {
+			return Darkfield{}, fmt.Errorf("plane %d: %w", i, err)
+		}
+	}
+	return env.Darkfield()
 }

@@ -30,6 +30,8 @@ type SynthCase struct {
 	// noise, marker fraction, grid and tile shape, cell spacing, tissue
 	// cover, so that a method is not tuned to one sample.
 	Perturb bool
+	// NZ is the number of z-planes (0: 1); MakeSynthPlanes returns them all.
+	NZ int
 }
 
 // Perturbation is what Perturb changes, drawn from Seed.
@@ -67,8 +69,18 @@ func (c SynthCase) String() string {
 }
 
 // MakeSynth generates c under dir and returns the (n, y, x) stack in
-// counts/65535 and its truth (flatfield mean 1, darkfield counts/65535).
+// counts/65535 of its first z-plane and its truth (flatfield mean 1,
+// darkfield counts/65535).
 func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
+	tb.Helper()
+	sts, tr := MakeSynthPlanes(tb, dir, c)
+	return sts[0], tr
+}
+
+// MakeSynthPlanes generates c under dir and returns one (n, y, x) stack in
+// counts/65535 per z-plane (c.NZ of them; the generator's flatfield and
+// darkfield are the same for every z of a channel) and the truth.
+func MakeSynthPlanes(tb testing.TB, dir string, c SynthCase) ([]*raster.Stack, Truth) {
 	tb.Helper()
 	o, err := synth.Preset("example")
 	if err != nil {
@@ -77,7 +89,7 @@ func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
 	o.OutDir = dir
 	o.Seed = c.Seed
 	o.TileH, o.TileW = 240, 320
-	o.NZ, o.NCycles, o.NChannels = 1, 1, 2
+	o.NZ, o.NCycles, o.NChannels = max(1, c.NZ), 1, 2
 	o.BlankFirstCycle = false
 	o.WriteTruthScene = false
 	o.StageJitterPx = 1
@@ -113,7 +125,7 @@ func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
 		o.DarkfieldVary *= pt.DarkAmp
 		o.MarkerFraction = min(1, o.MarkerFraction*pt.Fraction)
 		o.Rows, o.Cols, o.TileH, o.TileW = pt.Rows, pt.Cols, pt.TileH, pt.TileW
-		o.CellSpacingPx *= pt.CellSpacing
+		o.CellSpacingPx = max(4, o.CellSpacingPx*pt.CellSpacing)
 		if c.Edge {
 			o.TissueCover = pt.TissueCover
 		}
@@ -123,23 +135,27 @@ func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
 		tb.Fatal(err)
 	}
 	n := o.Rows * o.Cols
-	st := raster.NewStack(n, o.TileH, o.TileW)
-	for k := range n {
-		g, err := tiffio.ReadGray16(filepath.Join(synth.RawDir(dir, 1), synth.RawName(k+1, 1, ch)))
-		if err != nil {
-			tb.Fatal(err)
+	sts := make([]*raster.Stack, o.NZ)
+	for z := range o.NZ {
+		st := raster.NewStack(n, o.TileH, o.TileW)
+		for k := range n {
+			g, err := tiffio.ReadGray16(filepath.Join(synth.RawDir(dir, 1), synth.RawName(k+1, z+1, ch)))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			pl := st.Plane(k)
+			for i, v := range g.Pix {
+				pl[i] = float32(v) / 65535
+			}
 		}
-		pl := st.Plane(k)
-		for i, v := range g.Pix {
-			pl[i] = float32(v) / 65535
-		}
+		sts[z] = st
 	}
 	flat, dark := o.Flatfield(ch), o.Darkfield(ch)
 	tr := Truth{Flat: make([]float64, len(flat.Pix)), Dark: make([]float64, len(dark.Pix))}
 	for i := range tr.Flat {
 		tr.Flat[i], tr.Dark[i] = float64(flat.Pix[i]), float64(dark.Pix[i])/65535
 	}
-	return st, tr
+	return sts, tr
 }
 
 // DarkRMS is the RMS darkfield error of prof against tr, counts.
