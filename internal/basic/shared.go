@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"gonum.org/v1/gonum/stat"
 )
 
 // ProfileMode selects how the stitch stage estimates the illumination
@@ -214,14 +215,11 @@ func smoothLowerEnvelope(env []float64, size int) []float64 {
 	return fit
 }
 
-// median returns the median of v (reordering v).
+// median returns the median of v (reordering v): the empirical
+// 0.5-quantile, the lower middle value for even len(v).
 func median(v []float64) float64 {
 	slices.Sort(v)
-	n := len(v)
-	if n%2 == 1 {
-		return v[n/2]
-	}
-	return (v[n/2-1] + v[n/2]) / 2
+	return stat.Quantile(0.5, stat.Empirical, v, nil)
 }
 
 // mad returns the median absolute deviation of v from its median.

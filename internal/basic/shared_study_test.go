@@ -3,6 +3,7 @@ package basic_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -158,7 +159,7 @@ func TestEnvelopeDarkfieldTargets(t *testing.T) {
 // as generated and seed 3 perturbed (SynthCase.Perturb). It prints one line
 // per case and a table per channel and darkfield. Run with
 //
-//	go test -run '^$' -bench EnvelopeStudy -benchtime 1x ./internal/basic/
+//	go test -run '^$' -bench EnvelopeStudy -benchtime 1x -timeout 40m ./internal/basic/
 //
 // (about 8 min on 2 cores; KINTSUGI_STUDY_SEEDS=1: seed 1 only).
 func BenchmarkEnvelopeStudy(b *testing.B) {
@@ -198,11 +199,7 @@ func BenchmarkEnvelopeStudy(b *testing.B) {
 			}
 		}
 	}
-	keys := make([]string, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(sums))
 	fmt.Println("| cases | fits | flatfield RMS %: original / stage / envelope | envelope / original | abs. darkfield mean error %: original / stage / envelope | worst: original / stage / envelope |")
 	fmt.Println("|---|---|---|---|---|---|")
 	for _, k := range keys {
