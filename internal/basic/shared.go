@@ -21,10 +21,12 @@ const (
 	ModeCompatible ProfileMode = iota
 	// ModeEnvelopeDarkfield measures the darkfield from the dark end of the
 	// raw data instead of inside BaSiC's model, then fits each plane's own
-	// flatfield with that darkfield known (EnvelopeDarkfield,
-	// FitWithDarkfield). The darkfield is a camera offset: it is the same
-	// for every z-plane of a channel (one exposure), so it is measured from
-	// all of them together; each plane keeps its own flatfield.
+	// flatfield with that darkfield known (DarkEnvelope or
+	// ChannelDarkfield, then FitWithDarkfield; FitPlanes does both). The
+	// darkfield is a camera offset: it is the same for every z-plane of a
+	// channel (one exposure), so it is measured from all of them together;
+	// each plane keeps its own flatfield (mean 1). Darkfields are in
+	// counts/65535 in memory, as every Profile's (counts on disk).
 	ModeEnvelopeDarkfield
 )
 
@@ -232,29 +234,36 @@ func mad(v []float64) float64 {
 	return median(w)
 }
 
-// FitWithDarkfield fits every plane's own flatfield with the darkfield
-// known: each plane's raw tiles minus dark.Full (in counts, rounded,
+// FitWithDarkfield fits every plane's own flatfield with its darkfield
+// known: plane i's raw tiles minus dark[i].Full (in counts, rounded,
 // clipped at 0) are fitted by f with p, BaSiC's settings unchanged, except
 // that the darkfield is not estimated a second time (the residual is S·B
-// alone); the returned profiles carry dark as their darkfield. Flatfields
-// have mean 1, (y, x).
-func FitWithDarkfield(ctx context.Context, f PlaneFitter, planes [][]*raster.Gray16, dark Darkfield, p Params) ([]Profile, error) {
+// alone); profile i carries dark[i] as its darkfield. Planes of one channel
+// share one Darkfield (ChannelDarkfield); a batch may mix channels.
+// Flatfields have mean 1, (y, x). It holds one subtracted copy of the
+// planes' tiles (uint16) while f fits them.
+func FitWithDarkfield(ctx context.Context, f PlaneFitter, planes [][]*raster.Gray16, dark []Darkfield, p Params) ([]Profile, error) {
+	if len(dark) != len(planes) {
+		return nil, fmt.Errorf("basic: %d darkfields for %d planes", len(dark), len(planes))
+	}
 	sub := make([][]*raster.Gray16, len(planes))
 	for i, tiles := range planes {
+		d := dark[i]
+		if d.Size != p.WorkingSize || len(d.Work) != d.Size*d.Size || len(d.Full) != d.W*d.H {
+			return nil, fmt.Errorf("basic: plane %d: darkfield of %dx%d px at working size %d, params want working size %d",
+				i, d.W, d.H, d.Size, p.WorkingSize)
+		}
 		sub[i] = make([]*raster.Gray16, len(tiles))
 		for j, t := range tiles {
-			if t == nil || t.W != dark.W || t.H != dark.H || len(t.Pix) != len(dark.Full) {
-				return nil, fmt.Errorf("basic: plane %d tile %d is not %dx%d (the darkfield's size)", i, j+1, dark.W, dark.H)
+			if t == nil || t.W != d.W || t.H != d.H || len(t.Pix) != len(d.Full) {
+				return nil, fmt.Errorf("basic: plane %d tile %d is not %dx%d (the darkfield's size)", i, j+1, d.W, d.H)
 			}
 			g := raster.NewGray16(t.W, t.H)
 			for k, v := range t.Pix {
-				g.Pix[k] = uint16(min(max(math.Round(float64(v)-float64(dark.Full[k])*65535), 0), 65535))
+				g.Pix[k] = uint16(min(max(math.Round(float64(v)-float64(d.Full[k])*65535), 0), 65535))
 			}
 			sub[i][j] = g
 		}
-	}
-	if dark.Size != p.WorkingSize {
-		return nil, fmt.Errorf("basic: darkfield at working size %d, params %d", dark.Size, p.WorkingSize)
 	}
 	q := p
 	q.Darkfield = false
@@ -263,8 +272,8 @@ func FitWithDarkfield(ctx context.Context, f PlaneFitter, planes [][]*raster.Gra
 		return nil, err
 	}
 	for i := range profs {
-		profs[i].Darkfield = slices.Clone(dark.Full)
-		profs[i].WorkDark = slices.Clone(dark.Work)
+		profs[i].Darkfield = slices.Clone(dark[i].Full)
+		profs[i].WorkDark = slices.Clone(dark[i].Work)
 	}
 	return profs, nil
 }
@@ -296,7 +305,11 @@ func FitPlanes(ctx context.Context, f PlaneFitter, planes [][]*raster.Gray16, p 
 	if err != nil {
 		return nil, err
 	}
-	return FitWithDarkfield(ctx, f, planes, dark, p)
+	darks := make([]Darkfield, len(planes))
+	for i := range darks {
+		darks[i] = dark
+	}
+	return FitWithDarkfield(ctx, f, planes, darks, p)
 }
 
 // CPUPlanes is the CPU reference as a PlaneFitter: it normalises each

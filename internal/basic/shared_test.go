@@ -61,8 +61,11 @@ func TestFitPlanesCompatible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := basic.FitWithDarkfield(context.Background(), f, planes, nil, p); err == nil {
+		t.Error("no darkfield for the plane: no error")
+	}
 	d.W, d.H = d.H, d.W
-	if _, err := basic.FitWithDarkfield(context.Background(), f, planes, d, p); err == nil {
+	if _, err := basic.FitWithDarkfield(context.Background(), f, planes, []basic.Darkfield{d}, p); err == nil {
 		t.Error("darkfield of the wrong size: no error")
 	}
 }
