@@ -55,7 +55,6 @@ func compareModes(tb testing.TB, c basictest.SynthCase) (orig, stage, env modeRe
 	return res(po), res(ps), res(pe[0])
 }
 
-
 // toGray turns a stack in counts/65535 back into raw tiles (exact for
 // stacks made from uint16 counts).
 func toGray(st *raster.Stack) []*raster.Gray16 {

@@ -125,7 +125,9 @@ type Stitching struct {
 // (README, Accuracy: it places every accepted pair within 0.5 px of its
 // NCC optimum and never did worse than the tree) and the compatible
 // profile mode (the original's BaSiC).
-func DefaultStitching() Stitching { return Stitching{GlobalRefinement: true, ProfileMode: "compatible"} }
+func DefaultStitching() Stitching {
+	return Stitching{GlobalRefinement: true, ProfileMode: "compatible"}
+}
 
 // Decon is the decon section (this project's keys; the original hard-codes
 // the same values in its deconvolve script). Defaults: DefaultDecon.

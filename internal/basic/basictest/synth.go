@@ -3,9 +3,9 @@ package basictest
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
