@@ -95,12 +95,10 @@ const (
 	// most 0.8 of the original rule's (20 % below).
 	targetFlatGain = 0.8
 	// channelFlatGain bounds each channel's mean flatfield error relative
-	// to the original rule's. Measured (BenchmarkEnvelopeStudy, seeds 1-2):
-	// sparse 0.13, DAPI 0.82, dense marker 0.89: on dense content the
-	// darkfield is no longer the flatfield's main error (with the true
-	// darkfield known BaSiC's flatfield stays within 1 point of these), so
-	// the per-channel bound is "not worse", the 20 % target holds overall.
-	channelFlatGain = 1.0
+	// to the original rule's: the same 20 % (measured on the test's cases:
+	// DAPI 0.56, sparse 0.13, dense marker 0.68; BenchmarkEnvelopeStudy:
+	// 0.77, 0.13, 0.71).
+	channelFlatGain = targetFlatGain
 )
 
 // TestEnvelopeDarkfieldTargets holds ModeEnvelopeDarkfield to the issue's
@@ -108,12 +106,13 @@ const (
 // settings (seed 4 as generated: flat darkfield, a gradient with a tissue
 // edge and a 300-count pattern for each channel; seed 5 perturbed
 // (SynthCase.Perturb): the pattern with an edge for each channel): every
-// case's darkfield mean within 15 % of the truth, the mean flatfield error
-// at most 0.8 of the original rule's, and no channel's worse than the
-// original's. BenchmarkEnvelopeStudy runs the full set.
+// case's darkfield mean within 15 % of the truth (measured: at most 11 %),
+// and the mean flatfield error, over all cases (0.43) and per channel, at
+// most 0.8 of the original rule's. BenchmarkEnvelopeStudy runs the full
+// set.
 func TestEnvelopeDarkfieldTargets(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: generator stacks, about 1 min")
+		t.Skip("-short: generator stacks, about 2.5 min on 2 cores")
 	}
 	var cases []basictest.SynthCase
 	for _, ch := range []string{"dapi", "sparse", "dense"} {
