@@ -3,7 +3,7 @@
 # installed. The CUDA build (`make gpu`) lives in mk/cuda.mk.
 GO        ?= go
 BIN       ?= bin
-CMDS      := wrappers/stitch wrappers/decon wrappers/edf wrappers/register \
+CMDS      := wrappers/stitch wrappers/decon wrappers/edf wrappers/cycle wrappers/register \
              cmd/kintsugi-assign cmd/kintsugi-synth cmd/kintsugi-accuracy cmd/kintsugi-qc \
              cmd/kintsugi-config
 LDFLAGS   := -s -w
@@ -64,6 +64,7 @@ e2e: build
 	SNAKEMAKE=$(SM9) tests/e2e/local_quoting.sh
 	KINTSUGI_E2E_DIR=$(E2E_DIR)-7 E2E_SNAKEMAKE=$(SM7) tests/e2e/run.sh
 	KINTSUGI_E2E_DIR=$(E2E_DIR)-9 E2E_SNAKEMAKE=$(SM9) E2E_CONFIG_FROM=init tests/e2e/run.sh
+	KINTSUGI_FUSED_DIR=$(E2E_DIR)-fused E2E_SNAKEMAKE=$(SM9) tests/e2e/fused.sh
 	KILL_RERUN_N=$(E2E_KILL_RERUN_N) KILL_RERUN_STAGES="$(E2E_KILL_RERUN_STAGES)" tests/e2e/kill_rerun.sh
 	tests/e2e/stale_coordinator.sh
 

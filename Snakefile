@@ -6,9 +6,10 @@
 #   snakemake stitch_all   --configfile config.yaml --cores 4                 # local, no SLURM
 #
 # Targets: stitch_all (stitched sentinels), registration (pulls in stitch, deconvolve, edf of every
-# cycle; no QC rule), qc (the four QC sentinels), all (registration + every QC sentinel), validate.
+# cycle, or with fused: true, the default, one cycle job per cycle; no QC rule), qc (the four QC
+# sentinels), all (registration + every QC sentinel), validate.
 #
-# Every per-cycle rule (stitch, deconvolve, edf) and registration runs on one GPU under the SLURM
+# Every per-cycle rule (cycle, or stitch, deconvolve, edf) and registration runs on one GPU under the SLURM
 # account bin/kintsugi-assign chose (GPU-only: cycles beyond the GPU slots queue in SLURM; there is no
 # CPU fallback). QC rules run on the CPU partition of the helper's CPU assignment without any GPU.
 # GPU jobs in flight never exceed the helper's "jobs" (the accounts' total GPU slots): every GPU rule
@@ -31,6 +32,7 @@ min_version("7.21")
 #                           and description), the project layout, the GPU assignment, the functions
 #                           that make a rule's resources, params and shell line
 #   rules/stitch.smk, decon.smk, edf.smk (+ validate), registration.smk: one GPU rule each
+#   rules/cycle.smk         with fused: true, the one GPU job per cycle that does stitch, decon and edf
 #   rules/qc.smk, report.smk: the CPU QC rules and the report page
 
 # ---- the config: loading and validation (rules/common.smk, the Go validator first) --------------------
@@ -58,6 +60,11 @@ rule all:
 include: "rules/stitch.smk"
 include: "rules/decon.smk"
 include: "rules/edf.smk"
+if FUSED:
+
+    include: "rules/cycle.smk"
+
+
 include: "rules/registration.smk"
 include: "rules/qc.smk"
 include: "rules/report.smk"

@@ -177,6 +177,7 @@ CYCLES = [int(c) for c in config["cycles"]]
 CHANNELS = [int(c) for c in config["channels"]]
 CHANNEL_NAMES = config.get("channel_names", {}) or {}
 DEVICE = config.get("device", "gpu")
+FUSED = bool(config.get("fused", _SCHEMA_DOC["properties"]["fused"]["default"]))
 RES = config.get("resources", {})
 
 

@@ -12,7 +12,7 @@
 #          $OUT/kernels-fatbin.tar (commit them; run build again to embed them)
 #   open   one engine open with an empty JIT cache (CUDA_CACHE_DISABLE=1 kintsugi-gpubench
 #          -stage open): the first open on a fresh node
-#   suites the GPU suites of internal/gpu, stitch, deconstage, edfstage and regstage (-short)
+#   suites the GPU suites of internal/gpu, stitch, deconstage, edfstage, regstage and cyclestage (-short)
 #   edf    the EDF benchmark without TIFF I/O or the whole stage (per-channel time)
 # Example, the PTX-only open, then the fatbins, built in and opened again:
 #   source .gpu/env.sh && scripts/gpu-check.sh build open fatbin build open
@@ -68,7 +68,7 @@ for s in "${stages[@]}"; do
     run open env CUDA_CACHE_DISABLE=1 bin/kintsugi-gpubench -stage open
     grep -E "engine:" "$LOGS/$n-open.log" ;;
   suites)
-    run suites make gpu-test GPU_TEST_PKGS="./internal/gpu/ ./internal/stitch/ ./internal/deconstage/ ./internal/edfstage/ ./internal/regstage/" \
+    run suites make gpu-test GPU_TEST_PKGS="./internal/gpu/ ./internal/stitch/ ./internal/deconstage/ ./internal/edfstage/ ./internal/regstage/ ./internal/cyclestage/" \
       GPU_TEST_FLAGS="-count=1 -short -timeout 540s"
     grep -E "^(ok|FAIL|---|panic)" "$LOGS/$n-suites.log" | head -60 ;;
   edf)

@@ -3,6 +3,7 @@
 # with the executables in BIN (CPU device) and writes OUTDIR/hashes.txt (sha256 of every output file;
 # DECONV_parameters.txt / sentinels / logs masked of times). Compare two runs with
 #   diff A/hashes.txt B/hashes.txt
+# FUSED=1 runs each cycle through kintsugi-cycle instead of the three stage executables (same hashes).
 set -euo pipefail
 bin=$(cd "$1" && pwd); out=$2
 rm -rf "$out"; mkdir -p "$out"; p=$out/project
@@ -10,7 +11,11 @@ export cpus_per_task=${cpus_per_task:-2}
 "$bin/kintsugi-synth" --preset tiny --ncycles 2 --nchannels 2 --zplanes 3 --out "$p" --device cpu --log-format text >"$out/log.txt" 2>&1
 cfg=$p/config.yaml
 for c in 1 2; do
-  for t in stitch decon edf; do "$bin/kintsugi-$t" run --config "$cfg" --cycle $c --device "${DEVICE:-cpu}" --log-format text >>"$out/log.txt" 2>&1; done
+  if [ -n "${FUSED:-}" ]; then # the fused cycle instead of the three stages: the same hashes
+    "$bin/kintsugi-cycle" run --config "$cfg" --cycle $c --device "${DEVICE:-cpu}" --log-format text >>"$out/log.txt" 2>&1
+  else
+    for t in stitch decon edf; do "$bin/kintsugi-$t" run --config "$cfg" --cycle $c --device "${DEVICE:-cpu}" --log-format text >>"$out/log.txt" 2>&1; done
+  fi
 done
 "$bin/kintsugi-register" run --config "$cfg" --device "${DEVICE:-cpu}" --log-format text >>"$out/log.txt" 2>&1
 for s in stitch decon edf registration; do "$bin/kintsugi-qc" run --stage $s --config "$cfg" --log-format text >>"$out/log.txt" 2>&1; done

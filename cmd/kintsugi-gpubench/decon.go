@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
@@ -202,10 +201,7 @@ func deconBenchChannel(ctx context.Context, eng *gpu.Engine, f flags, j deconJob
 		return nil, 0, err
 	}
 	gen := time.Since(t0).Seconds()
-	if err := eng.Trim(); err != nil {
-		return nil, 0, err
-	}
-	if err := eng.ResetPeak(); err != nil {
+	if err := freshDevice(eng); err != nil {
 		return nil, 0, err
 	}
 	t1 := time.Now()
@@ -297,10 +293,7 @@ func deconBenchCrop(ctx context.Context, eng *gpu.Engine, f flags, p decon.Param
 // deconBenchRun times the host form with p and returns the result, the
 // stats, the seconds and the peak GPU memory.
 func deconBenchRun(ctx context.Context, eng *gpu.Engine, st *raster.Stack, k *psf.Kernel, p decon.Params) (*raster.Stack, decon.Stats, float64, gpu.MemStats, error) {
-	if err := eng.Trim(); err != nil {
-		return nil, decon.Stats{}, 0, gpu.MemStats{}, err
-	}
-	if err := eng.ResetPeak(); err != nil {
+	if err := freshDevice(eng); err != nil {
 		return nil, decon.Stats{}, 0, gpu.MemStats{}, err
 	}
 	t0 := time.Now()
@@ -373,10 +366,7 @@ func deconBenchFFT(ctx context.Context, eng *gpu.Engine, f flags, p decon.Params
 	if err != nil {
 		return err
 	}
-	if err := eng.Trim(); err != nil {
-		return err
-	}
-	if err := eng.ResetPeak(); err != nil {
+	if err := freshDevice(eng); err != nil {
 		return err
 	}
 	din, err := eng.UploadStack(ctx, st)
@@ -477,16 +467,10 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 	if err != nil {
 		return err
 	}
-	if err := eng.Trim(); err != nil {
+	if err := freshDevice(eng); err != nil {
 		return err
 	}
-	if err := eng.ResetPeak(); err != nil {
-		return err
-	}
-	runtime.GC()
-	debug.FreeOSMemory()
-	rssOpen := membudget.RSS()
-	peakErr := membudget.ResetPeak()
+	hp, rssOpen := startHostPeak()
 	fmt.Printf("decon stage: host memory budget %s (%s); resident with the engine open %s\n", membudget.Format(budget), src, membudget.Format(rssOpen))
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	res, err := deconstage.Run(ctx, deconstage.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers,
@@ -494,10 +478,7 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 	if err != nil {
 		return fmt.Errorf("decon stage: %w", err)
 	}
-	peak := membudget.PeakRSS()
-	if peakErr != nil {
-		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
-	}
+	peak := hp.peak()
 	for _, c := range res.Channels {
 		fmt.Printf("  ch %d: read %.2f s, device %.2f s (%d iterations, streamed %v), write %.2f s\n",
 			c.Channel, c.ReadSec, c.Seconds, c.Stats.Iterations, c.Stats.Streamed, c.WriteSec)
@@ -512,4 +493,13 @@ func deconBenchStage(ctx context.Context, eng *gpu.Engine, f flags, n int) error
 	fmt.Printf("decon stage: PEAK HOST MEMORY (VmHWM) %.2f GiB (planned %.2f GiB, budget %.2f GiB %s: %s); peak GPU %.1f GiB\n",
 		gib(peak), gib(res.PlannedBytes), gib(budget), src, map[bool]string{true: "within", false: "EXCEEDED"}[peak <= budget], gib(ms.DevicePeak))
 	return nil
+}
+
+// freshDevice releases the engine's cached device memory (Trim) and resets
+// its device peak, so that the next measurement's GPU figures are its own.
+func freshDevice(eng *gpu.Engine) error {
+	if err := eng.Trim(); err != nil {
+		return err
+	}
+	return eng.ResetPeak()
 }

@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
@@ -338,8 +337,7 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 	}
 	// The stage's own peak resident set: the generator's is forgotten.
 	edfTile = nil
-	debug.FreeOSMemory()
-	peakErr := membudget.ResetPeak()
+	hp, _ := startHostPeak()
 	t0 := time.Now()
 	res, err := edfstage.Run(ctx, edfstage.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers,
 		MemBudget: budget, MemBudgetSource: src})
@@ -347,7 +345,6 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 		return err
 	}
 	wall := time.Since(t0).Seconds()
-	peak := membudget.PeakRSS()
 	var rd, ed, wr float64
 	for _, c := range res.Channels {
 		rd, ed, wr = rd+c.ReadS, ed+c.EDFS, wr+c.WriteS
@@ -355,9 +352,7 @@ func runEDFStage(ctx context.Context, f flags, eng *gpu.Engine) error {
 	fmt.Printf("edf stage (GPU, %d channels of %d x %d x %d, %d workers): wall %.2f s (read+upload %.2f s, gate+fuse+download %.2f s, write %.2f s)\n",
 		nch, z, h, w, f.workers, wall, rd, ed, wr)
 	fmt.Printf("edf stage memory plan: %s, planned %.2f GiB; budget %.2f GiB (%s)\n", res.MemPlan, gib(res.MemPlanned), gib(budget), src)
-	if peakErr != nil {
-		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
-	}
+	peak := hp.peak()
 	within := "yes"
 	if peak > budget {
 		within = "NO"

@@ -158,10 +158,7 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	// The stage's own peak resident set: the generator's is forgotten.
-	runtime.GC()
-	debug.FreeOSMemory()
-	rssOpen := membudget.RSS()
-	peakErr := membudget.ResetPeak()
+	hp, rssOpen := startHostPeak()
 	fmt.Printf("host memory: budget %s (%s); resident after the engine opened %s (CUDA context, libraries, staging buffers)\n",
 		membudget.Format(budget), budgetSrc, membudget.Format(rssOpen))
 	res, err := stitch.Run(ctx, stitch.Options{Config: cfg, Cycle: 1, Engine: eng, Workers: f.workers, Batch: f.batch,
@@ -169,10 +166,7 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return fmt.Errorf("stitch stage: %w", err)
 	}
-	peak := membudget.PeakRSS()
-	if peakErr != nil {
-		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
-	}
+	peak := hp.peak()
 	fmt.Printf("peak host memory of the stitch stage (VmHWM): %.2f GiB; budget %.2f GiB (%s), target <= 6 GiB: %s; at most %d planes of raw tiles held at once\n",
 		gib(peak), gib(budget), budgetSrc, map[bool]string{true: "met", false: "NOT met"}[peak <= 6<<30], res.PlanesInMemory)
 	ms, err := eng.MemInfo()
@@ -611,4 +605,29 @@ func compareCPU(ctx context.Context, eng *gpu.Engine, cfg *config.Config, o synt
 	fmt.Printf("  correction + blend (one plane): GPU %.2f s, CPU %.2f s; %d of %d pixels differ, by at most %d counts\n",
 		tg, tc, diff, len(cm.Pix), wd)
 	return nil
+}
+
+// hostPeak measures the peak host memory (VmHWM) of one stage run in this
+// process; startHostPeak starts it.
+type hostPeak struct{ resetErr error }
+
+// startHostPeak forgets the memory of what ran before (the generator's, the
+// benchmark's own): a garbage collection returns the freed memory to the
+// OS, then the kernel's peak is reset. It returns the measurement and the
+// resident set at its start, bytes.
+func startHostPeak() (hostPeak, int64) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	rss := membudget.RSS()
+	return hostPeak{resetErr: membudget.ResetPeak()}, rss
+}
+
+// peak returns the peak resident set since startHostPeak, bytes; where the
+// reset failed it says so (the figure is then the whole process's).
+func (h hostPeak) peak() int64 {
+	p := membudget.PeakRSS()
+	if h.resetErr != nil {
+		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", h.resetErr)
+	}
+	return p
 }

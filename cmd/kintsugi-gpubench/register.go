@@ -10,8 +10,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -327,10 +325,7 @@ func runRegStage(ctx context.Context, f flags, eng *gpu.Engine, proj *regProject
 		return err
 	}
 	// The stage's own peak resident set: the benchmark's is forgotten.
-	runtime.GC()
-	debug.FreeOSMemory()
-	rssStart := membudget.RSS()
-	peakErr := membudget.ResetPeak()
+	hp, rssStart := startHostPeak()
 	fmt.Printf("host memory: budget %s (%s); resident before the stage %s (CUDA context, libraries, staging buffers)\n",
 		membudget.Format(budget), budgetSrc, membudget.Format(rssStart))
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -341,10 +336,7 @@ func runRegStage(ctx context.Context, f flags, eng *gpu.Engine, proj *regProject
 		return fmt.Errorf("registration stage: %w", err)
 	}
 	stage := time.Since(t1)
-	peak := membudget.PeakRSS()
-	if peakErr != nil {
-		fmt.Printf("peak host memory (VmHWM) of the process, not of the stage alone (could not reset the peak: %v)\n", peakErr)
-	}
+	peak := hp.peak()
 	fmt.Printf("peak host memory of the registration stage (VmHWM): %.2f GiB (%d MiB); budget %.2f GiB (%s): %s; at most %d full-size planes held at once\n",
 		gib(peak), peak>>20, gib(budget), budgetSrc, map[bool]string{true: "within", false: "EXCEEDED"}[peak <= budget], res.PlanesInMemory)
 	var outBytes int64

@@ -89,7 +89,7 @@ func EvaluateEDF(ctx context.Context, so synth.EDFStackOptions, seeds []uint64, 
 				} else {
 					best := math.Inf(1)
 					for _, k := range used {
-						if e := rmse16(st.Planes[k], st.Sharp); e < best {
+						if e := RMSE16(st.Planes[k], st.Sharp); e < best {
 							best, out = e, st.Planes[k]
 						}
 					}
@@ -97,12 +97,12 @@ func EvaluateEDF(ctx context.Context, so synth.EDFStackOptions, seeds []uint64, 
 			}
 			a := &acc[mi]
 			a.secs += time.Since(t).Seconds()
-			e := rmse16(out, st.Sharp)
+			e := RMSE16(out, st.Sharp)
 			a.rmse += e
 			a.nrmse += e / sd
 			a.ncc += ncc16(out, st.Sharp)
 			if index != nil {
-				med, p90 := depthError(index, st.Depth)
+				med, p90 := DepthError(index, st.Depth)
 				a.med += med
 				a.p90 += p90
 				a.depth = true
@@ -139,7 +139,9 @@ func WriteEDFTable(w io.Writer, r EDFReport) error {
 	return tw.Flush()
 }
 
-func rmse16(g *raster.Gray16, truth *raster.Float32) float64 {
+// RMSE16 is the root-mean-square difference of a plane from a truth of
+// the same size, counts.
+func RMSE16(g *raster.Gray16, truth *raster.Float32) float64 {
 	var s float64
 	for i, v := range g.Pix {
 		d := float64(v) - float64(truth.Pix[i])
@@ -180,8 +182,10 @@ func stdDev(v []float32) float64 {
 	return math.Sqrt(s / float64(len(v)))
 }
 
-// depthError: median and 90th percentile of |index - depth|, planes.
-func depthError(index []uint16, depth []float64) (med, p90 float64) {
+// DepthError returns the median and the 90th percentile over all pixels of
+// |index - depth|: an EDF index map (edf.Result.Index, the plane used per
+// pixel) against the true in-focus depth (synth.EDFStack.Depth), planes.
+func DepthError(index []uint16, depth []float64) (med, p90 float64) {
 	e := make([]float64, len(index))
 	for i, k := range index {
 		e[i] = math.Abs(float64(k) - depth[i])

@@ -8,9 +8,11 @@ package assign
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -217,7 +219,7 @@ func Discover(ctx context.Context, run Runner, user, cluster string) (*Discovery
 		clusters[a.Cluster] = true
 	}
 	if len(clusters) > 1 {
-		return nil, &usageErr{fmt.Sprintf("user %s has associations on clusters %s: choose one with --cluster", user, strings.Join(sortedKeys(clusters), ", "))}
+		return nil, &usageErr{fmt.Sprintf("user %s has associations on clusters %s: choose one with --cluster", user, strings.Join(slices.Sorted(maps.Keys(clusters)), ", "))}
 	}
 	cl := mine[0].Cluster
 	// Account-level associations (no user) of the cluster, for the parent chain.
@@ -381,15 +383,6 @@ func clusterNote(c string) string {
 		return ""
 	}
 	return " on cluster " + c
-}
-
-func sortedKeys(m map[string]bool) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // usageErr marks a discovery error caused by the caller's choice (IsUsage).

@@ -101,7 +101,9 @@ type Config struct {
 	EDF                        EDF                  `json:"edf"`
 	QualityGate                QualityGate          `json:"quality_gate"`
 	Registration               Registration         `json:"registration"`
-	Live                       bool                 `json:"live"` // place cycles with live availability from squeue (kintsugi-assign)
+	Fused                      bool                 `json:"fused"`              // one job per cycle (the Snakefile's rule cycle)
+	KeepIntermediates          bool                 `json:"keep_intermediates"` // the fused cycle writes the stitched and deconvolved planes
+	Live                       bool                 `json:"live"`               // place cycles with live availability from squeue (kintsugi-assign)
 	LiveAccounts               []LiveAccount        `json:"-"`
 	Resources                  Resources            `json:"resources"`
 	Renamed                    []Rename             `json:"-"` // channel names changed by the duplicate rule (names.go)
@@ -312,7 +314,7 @@ func Parse(path string, data []byte) (*Config, error) {
 	cfg := &Config{Path: path, Device: "gpu", BlendSigma: DefaultBlendSigma, BasicFlatfieldMin: DefaultFlatfieldMin,
 		BasicMaxIterations: 500, BasicOptimizationTolerance: 1e-6, BasicMaxReweight: 25, BasicReweightTolerance: 1e-3,
 		BasicDarkfield: true, Stitching: DefaultStitching(), Decon: DefaultDecon(), EDF: DefaultEDF(), QualityGate: DefaultQualityGate(),
-		Registration: DefaultRegistration()}
+		Registration: DefaultRegistration(), Fused: true, KeepIntermediates: true}
 	if err := json.Unmarshal(buf, cfg); err != nil {
 		return nil, &Error{File: path, Msg: "decode: " + err.Error()}
 	}

@@ -14,9 +14,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,7 +155,7 @@ func Discover(ctx context.Context, project string, n int, o Options) (*Cycle, er
 		return nil, inputErr("cycle %d: %d extra tile file(s) beyond the %dx%d grid in %s: %s", n, len(extra), o.Rows, o.Cols, dir, list(extra))
 	}
 	if len(regions) > 1 {
-		return nil, inputErr("cycle %d: tiles of several regions in %s (%v); one region per cycle directory", n, dir, keys(regions))
+		return nil, inputErr("cycle %d: tiles of several regions in %s (%v); one region per cycle directory", n, dir, slices.Sorted(maps.Keys(regions)))
 	}
 	for r := range regions {
 		c.Region = r
@@ -161,7 +163,7 @@ func Discover(ctx context.Context, project string, n int, o Options) (*Cycle, er
 	if len(zs) == 0 {
 		return nil, inputErr("cycle %d: no z-planes: no files named like 1_00001_Z001_CH%d.tif in %s", n, o.Channels[0], dir)
 	}
-	c.Z = keys(zs)
+	c.Z = slices.Sorted(maps.Keys(zs))
 	if err := c.checkZ(o.NZPlanes); err != nil {
 		return nil, err
 	}
@@ -266,15 +268,6 @@ func (c *Cycle) ReadPlane(ctx context.Context, z, ch, workers int) ([]*raster.Gr
 		return nil, err
 	}
 	return tiles, nil
-}
-
-func keys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }
 
 // list shows at most 10 names.

@@ -443,7 +443,8 @@ func Deconvolve(ctx context.Context, eng Engine, cfg *config.Config, ch int, st 
 // job is one channel's settings and input.
 type job struct {
 	ch    int
-	paths []string
+	paths []string // stitched planes, z order; nil: handed in (Fused)
+	n     int      // planes
 	w, h  int
 	p     decon.Params
 	k     *psf.Kernel
@@ -567,50 +568,74 @@ type cycleRun struct {
 // channel's planes) and makes each channel's job; on an engine with the
 // device-buffer form it asks which form each channel takes.
 func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
-	r := &cycleRun{o: o, cfg: o.Config, lg: o.Logger, workers: max(1, o.Workers), cpu: onHost(o.Engine)}
-	if r.lg == nil {
-		r.lg = slog.Default()
-	}
-	cfg := r.cfg
+	cfg := o.Config
 	in := InputDir(cfg.ProjectDir, o.Cycle)
 	if err := staging.RequireSentinel(in, o.Cycle, "stitch"); err != nil {
 		return nil, err
 	}
-	if len(cfg.Channels) == 0 {
-		return nil, staging.Inputf("config %s: key channels: empty", cfg.Path)
-	}
 	// Every check before any output.
-	if _, err := Params(cfg); err != nil {
+	r, err := newRun(o)
+	if err != nil {
+		return nil, err
+	}
+	for i, ch := range cfg.Channels {
+		err := r.newJob(ctx, i, ch, func() ([]string, int, int, int, error) {
+			paths, w, h, err := Planes(filepath.Join(in, layout.ChannelDir(ch)), cfg.NZPlanes)
+			return paths, len(paths), h, w, err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// newRun is a cycleRun before its jobs: the settings checked (a bad one
+// wraps ErrInput) and the engine's forms found.
+func newRun(o Options) (*cycleRun, error) {
+	r := &cycleRun{o: o, cfg: o.Config, lg: o.Logger, workers: max(1, o.Workers), cpu: onHost(o.Engine)}
+	if r.lg == nil {
+		r.lg = slog.Default()
+	}
+	if len(r.cfg.Channels) == 0 {
+		return nil, staging.Inputf("config %s: key channels: empty", r.cfg.Path)
+	}
+	if _, err := Params(r.cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	r.pe, _ = o.Engine.(PlaneEngine)
-	r.jobs = make([]*job, len(cfg.Channels))
-	r.chans = make([]chanMem, len(cfg.Channels))
-	r.modes = make([]mode, len(cfg.Channels))
-	for i, ch := range cfg.Channels {
-		p, k, info, err := settings(cfg, ch, r.cpu, r.workers)
-		if err != nil {
-			return nil, err
-		}
-		paths, w, h, err := Planes(filepath.Join(in, layout.ChannelDir(ch)), cfg.NZPlanes)
-		if err != nil {
-			return nil, err
-		}
-		j := &job{ch: ch, paths: paths, w: w, h: h, p: p, k: k, info: info}
-		r.chans[i] = newChanMem(len(paths), h, w, k, p)
-		if r.pe != nil {
-			streamed, pinned, err := r.pe.DeconStreams(ctx, len(paths), h, w, k, p)
-			if err != nil {
-				return nil, fmt.Errorf("channel %d: %w", ch, algInput(err))
-			}
-			r.chans[i].Streamed, r.chans[i].Pinned = streamed, pinned
-			if !streamed {
-				j.mode = modePlane
-			}
-		}
-		r.jobs[i], r.modes[i] = j, j.mode
-	}
+	n := len(r.cfg.Channels)
+	r.jobs, r.chans, r.modes = make([]*job, n), make([]chanMem, n), make([]mode, n)
 	return r, nil
+}
+
+// newJob makes job i of channel ch with its settings and PSF, then its
+// planes from planes (their paths, or none when they are handed in:
+// Fused; n planes of h x w px) and, on an engine with the device-buffer
+// form, the form it takes.
+func (r *cycleRun) newJob(ctx context.Context, i, ch int, planes func() (paths []string, n, h, w int, err error)) error {
+	p, k, info, err := settings(r.cfg, ch, r.cpu, r.workers)
+	if err != nil {
+		return err
+	}
+	paths, n, h, w, err := planes()
+	if err != nil {
+		return err
+	}
+	j := &job{ch: ch, paths: paths, n: n, w: w, h: h, p: p, k: k, info: info}
+	r.chans[i] = newChanMem(n, h, w, k, p)
+	if r.pe != nil {
+		streamed, pinned, err := r.pe.DeconStreams(ctx, n, h, w, k, p)
+		if err != nil {
+			return fmt.Errorf("channel %d: %w", ch, algInput(err))
+		}
+		r.chans[i].Streamed, r.chans[i].Pinned = streamed, pinned
+		if !streamed {
+			j.mode = modePlane
+		}
+	}
+	r.jobs[i], r.modes[i] = j, j.mode
+	return nil
 }
 
 // planMemory chooses the memory plan, before any output (a budget below
@@ -682,7 +707,7 @@ func (r *cycleRun) logChannel(c Channel) {
 func (r *cycleRun) channel(ctx context.Context, i int) error {
 	j := r.jobs[i]
 	c := &r.res.Channels[i]
-	*c = Channel{Channel: j.ch, Planes: len(j.paths), W: j.w, H: j.h, PSF: j.k.String(), Info: j.info}
+	*c = Channel{Channel: j.ch, Planes: j.n, W: j.w, H: j.h, PSF: j.k.String(), Info: j.info}
 	var cin input
 	if r.ahead != nil {
 		cin = <-r.ahead

@@ -18,16 +18,25 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
+// openGPU opens the CUDA engine on device 0 (a *gpu.Engine is a
+// deconstage PlaneEngine) for the test, which closes it at its end; an
+// error is fatal.
+func openGPU(t *testing.T) *cuda.Engine {
+	t.Helper()
+	g, err := cuda.Open(cuda.Options{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
 // TestRunGPU runs the stage on the GPU (rounding on the device) and on the
 // CPU over the same stitched cycle: the uint16 outputs must be identical
 // (the convolutions are bit-identical; the stop decision uses float64 sums
 // in another order, which on this data does not change the iterations).
 func TestRunGPU(t *testing.T) {
-	g, err := cuda.Open(cuda.Options{Device: 0}) // *gpu.Engine is a deconstage PlaneEngine
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGPU(t)
 	cfg, dir := project(t, nil)
 	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2}); err != nil {
 		t.Fatal(err)
@@ -68,11 +77,7 @@ func TestRunGPU(t *testing.T) {
 // under the preferred one (read-ahead and write-behind): both give the
 // unconstrained run's bytes.
 func TestRunGPUPlans(t *testing.T) {
-	g, err := cuda.Open(cuda.Options{Device: 0}) // *gpu.Engine is a deconstage PlaneEngine
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := openGPU(t)
 	cfg, dir := project(t, nil)
 	out := OutDir(dir, 1)
 	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: g, Workers: 2}); err != nil {

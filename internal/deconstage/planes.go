@@ -20,7 +20,7 @@ import (
 // pages).
 func runPlanes(ctx context.Context, e PlaneEngine, j *job, in input, workers int, behind bool, c *Channel,
 	waitBehind func() error, path func(z int) string) ([]*raster.Gray16, error) {
-	n := len(j.paths)
+	n := j.n
 	d, err := e.DeconDeviceStack(ctx, n, j.h, j.w)
 	if err != nil {
 		return nil, err

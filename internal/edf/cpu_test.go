@@ -17,11 +17,8 @@ func TestCPUConformance(t *testing.T) {
 // result: the same arithmetic per pixel.
 func TestStripsEqualWholePlane(t *testing.T) {
 	o := synth.DefaultEDFStack()
-	st, err := synth.MakeEDFStack(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := edf.Gate{MaxZeroFrac: 0.1, MaxSatFrac: 0.05, MinValid: 3}
+	st := edftest.Stack(t, o)
+	g := edftest.Gate
 	for _, p := range []edf.Params{edf.DefaultParams(), {RadiusX: 4, RadiusY: 6, Sigma: 3, ZSmoothSigma: 2.5, Method: edf.MethodVariance}} {
 		want, err := edftest.Whole(o.H).EDF(context.Background(), st.Planes, g, p)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edf/edftest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -27,11 +28,8 @@ import (
 func TestScipyIndexMap(t *testing.T) {
 	o := synth.DefaultEDFStack()
 	o.W, o.H, o.NZ = 256, 200, 9
-	st, err := synth.MakeEDFStack(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := edf.Gate{MaxZeroFrac: 0.1, MaxSatFrac: 0.05, MinValid: 3}
+	st := edftest.Stack(t, o)
+	g := edftest.Gate
 	for _, zs := range []float64{1, 0} {
 		want, err := tiffio.ReadGray16(fmt.Sprintf("testdata/scipy_index_zs%g.tif", zs))
 		if err != nil {

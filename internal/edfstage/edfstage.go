@@ -254,29 +254,20 @@ type cycleRun struct {
 // newCycleRun checks the settings, the decon sentinel and the channels'
 // output names (unique within the cycle) and lists every channel's planes.
 func newCycleRun(o Options) (*cycleRun, error) {
-	r := &cycleRun{o: o, cfg: o.Config, lg: o.Logger}
-	if r.lg == nil {
-		r.lg = slog.Default()
+	r, err := newRun(o)
+	if err != nil {
+		return nil, err
 	}
 	cfg := r.cfg
-	r.p = Params(cfg.EDF)
-	if err := r.p.Validate(); err != nil {
-		return nil, staging.Inputf("%s: %w", cfg.Path, err)
-	}
-	r.g = Gate(cfg.QualityGate)
 	in := InputDir(cfg.ProjectDir, o.Cycle)
 	if err := staging.RequireSentinel(in, o.Cycle, "decon"); err != nil {
 		return nil, err
 	}
-	names := map[string]int{}
+	if err := r.checkNames(); err != nil {
+		return nil, err
+	}
 	r.stacks = make([][]string, len(cfg.Channels))
 	for i, ch := range cfg.Channels {
-		name := cfg.EDFFileName(o.Cycle, ch)
-		if prev, dup := names[name]; dup {
-			return nil, staging.Inputf("%s: key channel_names.%d: channels %d and %d of cycle %d both give the output name %s",
-				cfg.Path, o.Cycle, prev, ch, o.Cycle, name)
-		}
-		names[name] = ch
 		files, err := Stack(cfg.ProjectDir, o.Cycle, ch)
 		if err != nil {
 			return nil, err
@@ -284,6 +275,36 @@ func newCycleRun(o Options) (*cycleRun, error) {
 		r.stacks[i] = files
 	}
 	return r, nil
+}
+
+// newRun is a cycleRun with its settings checked, before its input.
+func newRun(o Options) (*cycleRun, error) {
+	r := &cycleRun{o: o, cfg: o.Config, lg: o.Logger}
+	if r.lg == nil {
+		r.lg = slog.Default()
+	}
+	r.p = Params(r.cfg.EDF)
+	if err := r.p.Validate(); err != nil {
+		return nil, staging.Inputf("%s: %w", r.cfg.Path, err)
+	}
+	r.g = Gate(r.cfg.QualityGate)
+	return r, nil
+}
+
+// checkNames checks that the channels' output names are unique within the
+// cycle.
+func (r *cycleRun) checkNames() error {
+	cfg, o := r.cfg, r.o
+	names := map[string]int{}
+	for _, ch := range cfg.Channels {
+		name := cfg.EDFFileName(o.Cycle, ch)
+		if prev, dup := names[name]; dup {
+			return staging.Inputf("%s: key channel_names.%d: channels %d and %d of cycle %d both give the output name %s",
+				cfg.Path, o.Cycle, prev, ch, o.Cycle, name)
+		}
+		names[name] = ch
+	}
+	return nil
 }
 
 // planMemory chooses the memory plan from the planes' TIFF headers (the
@@ -342,7 +363,10 @@ func (r *cycleRun) done(i int, res *edf.Result, nPlanes int, readS, edfS float64
 // fuseErr names channel i and its directory in a fusion error; a gate
 // failure is bad input.
 func (r *cycleRun) fuseErr(i int, err error) error {
-	ch, dir := r.cfg.Channels[i], filepath.Dir(r.stacks[i][0])
+	ch, dir := r.cfg.Channels[i], filepath.Join(InputDir(r.cfg.ProjectDir, r.o.Cycle), layout.ChannelDir(r.cfg.Channels[i]))
+	if r.stacks != nil {
+		dir = filepath.Dir(r.stacks[i][0])
+	}
 	if errors.Is(err, edf.ErrTooFewSlices) {
 		return staging.Inputf("channel %d (%s): %w", ch, dir, err)
 	}

@@ -5,7 +5,8 @@
 // A test builds each executable once (Build) and then runs it per case
 // (Run, or Output for a command it prepared itself, e.g. behind a shell);
 // Check states the one rule every case asserts: the exit code, and a
-// message naming what was wrong.
+// message naming what was wrong; a Case is one row of such a table and
+// Case.Run runs and checks it.
 package exectest
 
 import (
@@ -93,6 +94,26 @@ func Output(t testing.TB, cmd *exec.Cmd) ([]byte, int) {
 		t.Fatalf("%s: %v", cmd.Path, err)
 	}
 	return out, 0
+}
+
+// Case is one row of an executable's table test: the subtest's name, the
+// extra environment (Env), the arguments, and what Check asserts of the
+// run: the exit code and a substring of the combined output.
+type Case struct {
+	Name string
+	Env  []string
+	Args []string
+	Code int
+	Want string
+}
+
+// Run runs bin as c says (Run with c.Env and c.Args) and returns its
+// combined output, its exit code and Check's verdict on them (nil: the
+// exit code and the output are as c wants).
+func (c Case) Run(t testing.TB, bin string) ([]byte, int, error) {
+	t.Helper()
+	out, code := Run(t, bin, c.Env, c.Args...)
+	return out, code, Check(out, code, c.Code, c.Want)
 }
 
 // Check returns an error unless the run exited with wantCode and its output

@@ -11,11 +11,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align/aligntest"
 )
 
-// The GPU translator passes the same conformance suite as align.CPU.
-func TestTranslatorConformance(t *testing.T) {
-	aligntest.Run(t, testEngine.Translator())
-}
-
 // gpuCPUTransTol bounds |GPU - CPU| of a translation component, px: both
 // take the same discrete decisions (peaks, candidates, climb), so integer
 // translations are equal; the sub-pixel fit uses NCCs that differ only by

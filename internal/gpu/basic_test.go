@@ -14,11 +14,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
-// The GPU fitter passes the same conformance suite as basic.CPU.
-func TestBaSiCConformance(t *testing.T) {
-	basictest.Run(t, testEngine.BaSiC())
-}
-
 // Tolerances of the GPU fit against basic.CPU on the same data. The resize
 // is bit-identical (TestResizeMatchesCPU); the ALM runs in float64 with
 // other summation orders, so the two runs differ by rounding that the

@@ -10,14 +10,8 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/blend/blendtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
-
-// The GPU blender passes the same conformance suite as blend.CPU.
-func TestBlendConformance(t *testing.T) {
-	blendtest.Run(t, testEngine.Blender())
-}
 
 // randomMosaic returns rows x cols raw tiles of h x w on a jittered grid
 // with overlap ov, and a profile with vignetting and darkfield.

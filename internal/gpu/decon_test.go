@@ -10,14 +10,9 @@ import (
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/decon/decontest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
-
-// The GPU deconvolver passes the same conformance suite as decon.CPU.
-func TestDeconConformance(t *testing.T) {
-	decontest.Run(t, testEngine.Deconvolver())
-}
 
 // TestDeconVsCPU compares the GPU with the CPU reference on the same data:
 // the light-sheet PSF (z-plane dedup on the GPU), the widefield 3D PSF,
@@ -26,15 +21,7 @@ func TestDeconConformance(t *testing.T) {
 // to float32 rounding of the sums' effect on α (Biggs): 1e-5 of the maximum
 // for RL, 1e-4 for Biggs-Andrews.
 func TestDeconVsCPU(t *testing.T) {
-	o := psf.Optics{DXY: 377, DZ: 1500, NA: 0.75, RI: 1.44, ExNM: 358, EmNM: 461, SlitMM: 6.5, FCylMM: 1}
-	ls, _, err := psf.LightSheet(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf, _, err := psf.Widefield(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls, wf := deconPSFs(t)
 	// a 17-wide kernel runs the generic convolution (no specialisation)
 	wide := &psf.Kernel{NZ: 1, NY: 3, NX: 17, Data: make([]float32, 51)}
 	for i := range wide.Data {
@@ -77,16 +64,25 @@ func TestDeconVsCPU(t *testing.T) {
 			t.Errorf("%s: GPU differs from the CPU by %g (max %g, tolerance %g relative)", c.name, d, m, c.tol)
 		}
 		// the stage's form: rounded on the device, as decon.Quantize
-		pages, _, err := testEngine.DeconvolveGray16(context.Background(), sc.Noisy, c.k, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for z, pg := range pages {
-			q := decon.Quantize(nil, got.Plane(z))
-			for i := range q {
-				if pg.Pix[i] != q[i] {
-					t.Fatalf("%s: DeconvolveGray16 plane %d pixel %d = %d, Quantize %d", c.name, z, i, pg.Pix[i], q[i])
-				}
+		checkGray16(t, c.name, "DeconvolveGray16", sc.Noisy, c.k, p, got)
+	}
+}
+
+// checkGray16 runs the stage's form, DeconvolveGray16 (rounded on the
+// device), on in with k and p, and fails t unless every page is
+// decon.Quantize of got, the float32 result of the same deconvolution; the
+// message names the case and the form.
+func checkGray16(t *testing.T, name, form string, in *raster.Stack, k *psf.Kernel, p decon.Params, got *raster.Stack) {
+	t.Helper()
+	pages, _, err := testEngine.DeconvolveGray16(context.Background(), in, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for z, pg := range pages {
+		q := decon.Quantize(nil, got.Plane(z))
+		for i := range q {
+			if pg.Pix[i] != q[i] {
+				t.Fatalf("%s: %s plane %d pixel %d = %d, Quantize %d", name, form, z, i, pg.Pix[i], q[i])
 			}
 		}
 	}
@@ -133,15 +129,7 @@ func deconCapFor(n, h, w int, k *psf.Kernel, p decon.Params, div int) int64 {
 // expected), for RL and Biggs-Andrews, with and without damping, in the
 // three forms (host float32, host uint16, device buffers).
 func TestDeconStreamed(t *testing.T) {
-	o := psf.Optics{DXY: 377, DZ: 1500, NA: 0.75, RI: 1.44, ExNM: 358, EmNM: 461, SlitMM: 6.5, FCylMM: 1}
-	ls, _, err := psf.LightSheet(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wf, _, err := psf.Widefield(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ls, wf := deconPSFs(t)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
@@ -181,18 +169,7 @@ func TestDeconStreamed(t *testing.T) {
 		if e > 1e-4 {
 			t.Errorf("%s: streamed differs from resident by %.3g of the maximum (tolerance 1e-4)", c.name, e)
 		}
-		pages, _, err := testEngine.DeconvolveGray16(ctx, sc.Noisy, c.k, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for z, pg := range pages {
-			q := decon.Quantize(nil, got.Plane(z))
-			for i := range q {
-				if pg.Pix[i] != q[i] {
-					t.Fatalf("%s: streamed DeconvolveGray16 plane %d pixel %d = %d, Quantize %d", c.name, z, i, pg.Pix[i], q[i])
-				}
-			}
-		}
+		checkGray16(t, c.name, "streamed DeconvolveGray16", sc.Noisy, c.k, p, got)
 		// device form: the input is on the device, the iterates are streamed
 		din, err := testEngine.UploadStack(ctx, sc.Noisy)
 		if err != nil {
@@ -218,18 +195,31 @@ func TestDeconStreamed(t *testing.T) {
 // TestDeconCapTooSmall: a cap below one slab's needs is an ErrOutOfMemory
 // naming the sizes, not a crash or a partial result.
 func TestDeconCapTooSmall(t *testing.T) {
+	ls, _ := deconPSFs(t)
+	sc := decon.NewScene(3, 4, 100, 120, ls, 3)
+	p := decon.Params{Iterations: 5, StopCriterion: 5, HistClip: 0.01, MemoryBudget: 4096}
+	_, _, err := testEngine.Deconvolver().Deconvolve(context.Background(), sc.Noisy, ls, p)
+	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "slab of") || !strings.Contains(err.Error(), "120x100x4") {
+		t.Fatalf("cap 4096 B: error %v, want ErrOutOfMemory naming the stack and slab sizes", err)
+	}
+	t.Log(err)
+}
+
+// deconPSFs returns the light-sheet and the widefield PSF of the tests'
+// optics (377 nm pixels, 1.5 µm planes, NA 0.75, DAPI's excitation and
+// emission); an error is fatal.
+func deconPSFs(t *testing.T) (ls, wf *psf.Kernel) {
+	t.Helper()
 	o := psf.Optics{DXY: 377, DZ: 1500, NA: 0.75, RI: 1.44, ExNM: 358, EmNM: 461, SlitMM: 6.5, FCylMM: 1}
 	ls, _, err := psf.LightSheet(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := decon.NewScene(3, 4, 100, 120, ls, 3)
-	p := decon.Params{Iterations: 5, StopCriterion: 5, HistClip: 0.01, MemoryBudget: 4096}
-	_, _, err = testEngine.Deconvolver().Deconvolve(context.Background(), sc.Noisy, ls, p)
-	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "slab of") || !strings.Contains(err.Error(), "120x100x4") {
-		t.Fatalf("cap 4096 B: error %v, want ErrOutOfMemory naming the stack and slab sizes", err)
+	wf, _, err = psf.Widefield(o)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Log(err)
+	return ls, wf
 }
 
 // deconGauss is a normalised 3-D Gaussian kernel (nz, ny, nx), sigmas in samples.

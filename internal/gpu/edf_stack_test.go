@@ -47,11 +47,8 @@ func TestEDFStackConformance(t *testing.T) {
 // (output, index map, gate counts, slices used), for both methods.
 func TestEDFStackEqualsEDF(t *testing.T) {
 	o := synth.DefaultEDFStack()
-	st, err := synth.MakeEDFStack(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := edf.Gate{MaxZeroFrac: 0.1, MaxSatFrac: 0.05, MinValid: 3}
+	st := edftest.Stack(t, o)
+	g := edftest.Gate
 	for _, m := range []string{edf.MethodVariance, edf.MethodWavelet} {
 		p := edf.DefaultParams()
 		p.Method = m

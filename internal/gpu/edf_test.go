@@ -12,22 +12,12 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
-// The GPU EDF passes the same suite as edf.CPU: its index maps equal the
-// CPU reference's exactly and its outputs are within 1 count (the suite
-// compares with the whole-plane CPU run), for both methods.
-func TestEDFConformance(t *testing.T) {
-	edftest.Run(t, testEngine, edftest.Options{Wavelet: true})
-}
-
 // The device-buffer forms on a float32 stack give the uint16 host form's
 // index map (counts are exact in float32).
 func TestEDFDeviceFloat32(t *testing.T) {
 	o := synth.DefaultEDFStack()
-	st, err := synth.MakeEDFStack(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := edf.Gate{MaxZeroFrac: 0.1, MaxSatFrac: 0.05, MinValid: 3}
+	st := edftest.Stack(t, o)
+	g := edftest.Gate
 	want, err := testEngine.EDF(context.Background(), st.Planes, g, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)

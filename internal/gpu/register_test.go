@@ -14,12 +14,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 )
 
-// The GPU registration backend passes the same conformance suite as
-// register.CPU.
-func TestRegConformance(t *testing.T) {
-	registertest.Run(t, testEngine.Registrar())
-}
-
 // Tolerances of the GPU against register.CPU on the same data. Downsample
 // and the warp follow the same double-precision arithmetic (bit-identical
 // expected); block shifts differ by the FFTs' rounding (cuFFT vs gonum,
@@ -36,14 +30,7 @@ func TestRegMatchesCPU(t *testing.T) {
 	ctx := context.Background()
 	g, c := testEngine.Registrar(), register.CPU{Workers: 4}
 	o := synth.RegOptions{H: 512, W: 640, Channels: 2, Seed: 21, MaxShift: 50, MaxRotDeg: 1, WarpPx: 4, Workers: 4}
-	sc, err := synth.NewRegScene(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, _, err := sc.RenderCycle(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc, ref := registertest.Scene(t, o)
 	mov, _, err := sc.RenderCycle(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -63,22 +50,8 @@ func TestRegMatchesCPU(t *testing.T) {
 	}
 	p := register.DefaultParams()
 	p.MaxImageDim, p.NonRigidMaxDim, p.CoarseDim, p.Workers = 320, 320, 160, 4
-	R, err := register.NewReference(ctx, c, ref[0], p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := register.Register(ctx, c, R, mov[0], p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	Rg, err := register.NewReference(ctx, g, ref[0], p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rg, err := register.Register(ctx, g, Rg, mov[0], p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := registertest.Register(t, c, ref[0], mov[0], p)
+	rg := registertest.Register(t, g, ref[0], mov[0], p)
 	worst := 0.0
 	for y := 0; y < o.H; y += 8 {
 		for x := 0; x < o.W; x += 8 {

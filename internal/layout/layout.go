@@ -44,6 +44,13 @@ const (
 	RegistrationDataDir = "registration_data"  // under registered/
 	RegisteredQCDir     = "qc"                 // under registered/
 
+	// QCPlanesName and QCMaxProjName are, in a stitched or deconvolved
+	// channel directory whose planes were not written (the fused cycle with
+	// keep_intermediates: false), what the QC reads instead: the planes'
+	// statistics (JSON) and their maximum over z (uint16 TIFF).
+	QCPlanesName  = "qc_planes.json"
+	QCMaxProjName = "qc_maxproj.tif"
+
 	// DeconPlaneGlob matches the deconvolved planes of one channel directory.
 	DeconPlaneGlob = "deconv_*.tif"
 )

@@ -204,9 +204,18 @@ func checkLoaded(t *testing.T, p *Project, cfg *config.Config) {
 	}
 }
 
+// writeFile writes text as CHANNELNAMES.txt in a fresh temporary
+// directory and returns its path.
 func writeFile(t *testing.T, text string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "CHANNELNAMES.txt")
+	return writeTemp(t, "CHANNELNAMES.txt", text)
+}
+
+// writeTemp writes text as the file name in a fresh temporary directory and
+// returns its path; an error is fatal.
+func writeTemp(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -272,11 +281,7 @@ func TestReadChannelNames(t *testing.T) {
 
 func writeExperiment(t *testing.T, text string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "experiment.json")
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeTemp(t, "experiment.json", text)
 }
 
 func TestReadExperiment(t *testing.T) {

@@ -251,6 +251,9 @@ type channelJob struct {
 	marker  string
 	files   []string // absolute paths, z order
 	zs      []int
+	// summary, when set, is the channel directory whose planes were not
+	// written: its PlaneSummary stands in for them (readSummary).
+	summary string
 }
 
 var (
@@ -288,7 +291,11 @@ func discover(cfg *config.Config, stage string) ([]cycleJob, error) {
 					}
 				}
 				if len(j.files) == 0 {
-					return nil, fmt.Errorf("%w: cycle %d channel %d: no planes (%s) in %s", ErrInput, c, ch, re, dir)
+					if _, err := os.Stat(filepath.Join(dir, layout.QCPlanesName)); err == nil {
+						j.summary = dir
+						break
+					}
+					return nil, fmt.Errorf("%w: cycle %d channel %d: no planes (%s) and no %s in %s", ErrInput, c, ch, re, layout.QCPlanesName, dir)
 				}
 				sort.Sort(byZ{&j})
 			case "edf", "registration":
@@ -339,6 +346,14 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 	}
 	cm := &CycleMetrics{Stage: stage, Cycle: cj.cycle, Dir: rel(cj.dir), SaturationLevel: SaturationLevel}
 	for _, chj := range cj.channels {
+		if chj.summary != "" {
+			chm, err := summaryMetrics(cj.cycle, chj, dir, opt)
+			if err != nil {
+				return nil, err
+			}
+			cm.Channels = append(cm.Channels, *chm)
+			continue
+		}
 		chm := ChannelMetrics{Channel: chj.channel, Marker: chj.marker, Planes: make([]PlaneStats, len(chj.files))}
 		var (
 			mu    sync.Mutex
@@ -352,7 +367,7 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 			if err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrInput, err)
 			}
-			block = max(8, (max(info.Width, info.Height)+FocusMapBlocks-1)/FocusMapBlocks)
+			block = focusBlock(info.Width, info.Height)
 		}
 		err := par.ForEach(ctx, len(chj.files), opt.Workers, func(i int) error {
 			g, err := read(chj.files[i])
@@ -404,6 +419,26 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 		cm.Registration = rs
 	}
 	return cm, nil
+}
+
+// summaryMetrics is a channel's metrics from its PlaneSummary (planes not
+// written), equal to those from its planes, and its overview PNG.
+func summaryMetrics(cycle int, chj channelJob, dir string, opt Options) (*ChannelMetrics, error) {
+	sum, proj, err := readSummary(chj.summary)
+	if err != nil {
+		return nil, err
+	}
+	chm := &ChannelMetrics{Channel: chj.channel, Marker: chj.marker, Planes: sum.Planes}
+	if sum.BlockPx > 0 {
+		chm.FocusMap = bestPlanes(sum.Focus, chm.Planes, sum.BlockPx, sum.NX)
+	}
+	img, f := Overview(proj, opt.OverviewPx)
+	chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", layout.CycleName(cycle), chj.channel)
+	chm.Factor = f
+	if err := writePNG(filepath.Join(dir, chm.Overview), img); err != nil {
+		return nil, err
+	}
+	return chm, nil
 }
 
 // bestPlanes is the focus map from every plane's BlockFocus (same block

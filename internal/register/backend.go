@@ -120,12 +120,20 @@ func SampleLevel(img *raster.Float32, y, x float64) float64 {
 	h, w := img.H, img.W
 	y = math.Max(0, math.Min(float64(h-1), y))
 	x = math.Max(0, math.Min(float64(w-1), x))
+	return bilinear(img.Pix, w, h, y, x)
+}
+
+// bilinear interpolates the w x h plane pix (row-major, x fastest) at
+// (y, x), which must lie in [0, h-1] x [0, w-1]: the arithmetic of
+// SampleLevel and WarpPixel (on the last row or column, the cell is the one
+// before it, at weight 1), in float64.
+func bilinear[T uint16 | float32](pix []T, w, h int, y, x float64) float64 {
 	i0 := min(int(y), h-2)
 	j0 := min(int(x), w-2)
 	fy := y - float64(i0)
 	fx := x - float64(j0)
-	r0 := img.Pix[i0*w+j0:]
-	r1 := img.Pix[(i0+1)*w+j0:]
+	r0 := pix[i0*w+j0:]
+	r1 := pix[(i0+1)*w+j0:]
 	top := float64(r0[0]) + fx*(float64(r0[1])-float64(r0[0]))
 	bot := float64(r1[0]) + fx*(float64(r1[1])-float64(r1[0]))
 	return top + fy*(bot-top)
@@ -183,15 +191,7 @@ func WarpPixel(img *raster.Gray16, a [4]float64, b [2]float64, f *Field, y, x in
 	if !(qy >= 0 && qy <= float64(h-1) && qx >= 0 && qx <= float64(w-1)) {
 		return 0
 	}
-	i0 := min(int(qy), h-2)
-	j0 := min(int(qx), w-2)
-	fy := qy - float64(i0)
-	fx := qx - float64(j0)
-	r0 := img.Pix[i0*w+j0:]
-	r1 := img.Pix[(i0+1)*w+j0:]
-	top := float64(r0[0]) + fx*(float64(r0[1])-float64(r0[0]))
-	bot := float64(r1[0]) + fx*(float64(r1[1])-float64(r1[0]))
-	return top + fy*(bot-top)
+	return bilinear(img.Pix, w, h, qy, qx)
 }
 
 // RoundCount rounds a warped value to the nearest count in [0, 65535].

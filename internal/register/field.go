@@ -25,26 +25,24 @@ func gaussKernel(sigma float64) []float64 {
 // convSep convolves an ny x nx grid with kernel k along y and x, treating
 // nodes beyond the grid as absent (zero contribution).
 func convSep(src []float64, ny, nx int, k []float64) []float64 {
+	return conv1(conv1(src, ny, nx, k, false), ny, nx, k, true)
+}
+
+// conv1 is one pass of convSep: the convolution of the ny x nx grid src
+// (row-major) with k along x (alongY false) or along y.
+func conv1(src []float64, ny, nx int, k []float64, alongY bool) []float64 {
 	r := len(k) / 2
-	tmp := make([]float64, ny*nx)
-	for i := 0; i < ny; i++ {
-		for j := 0; j < nx; j++ {
-			var s float64
-			for t := -r; t <= r; t++ {
-				if jj := j + t; jj >= 0 && jj < nx {
-					s += k[t+r] * src[i*nx+jj]
-				}
-			}
-			tmp[i*nx+j] = s
-		}
-	}
 	out := make([]float64, ny*nx)
 	for i := 0; i < ny; i++ {
 		for j := 0; j < nx; j++ {
+			c, n, step := j, nx, 1 // the node's index along the axis, its length, the neighbours' distance in src
+			if alongY {
+				c, n, step = i, ny, nx
+			}
 			var s float64
 			for t := -r; t <= r; t++ {
-				if ii := i + t; ii >= 0 && ii < ny {
-					s += k[t+r] * tmp[ii*nx+j]
+				if cc := c + t; cc >= 0 && cc < n {
+					s += k[t+r] * src[i*nx+j+t*step]
 				}
 			}
 			out[i*nx+j] = s

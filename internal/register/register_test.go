@@ -74,14 +74,7 @@ func TestJacobianMin(t *testing.T) {
 // so the registration is S⁻¹.
 func TestScale(t *testing.T) {
 	ctx := context.Background()
-	sc, err := synth.NewRegScene(synth.RegOptions{H: 384, W: 512, Channels: 1, Seed: 8, Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, _, err := sc.RenderCycle(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ref := registertest.Scene(t, synth.RegOptions{H: 384, W: 512, Channels: 1, Seed: 8, Workers: 2})
 	s := register.Identity(384, 512)
 	s.Scale, s.Theta, s.TY, s.TX = 1.012, 0.004, 6.3, -9.1
 	be := register.CPU{Workers: 2}
@@ -91,14 +84,7 @@ func TestScale(t *testing.T) {
 	}
 	p := register.DefaultParams()
 	p.RigidOnly, p.Scale, p.MaxImageDim, p.CoarseDim, p.Workers = true, true, 512, 256, 2
-	R, err := register.NewReference(ctx, be, ref[0], p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := register.Register(ctx, be, R, mov[0], p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := registertest.Register(t, be, ref[0], mov[0], p)
 	worst := 0.0
 	for y := 60.0; y < 324; y += 16 {
 		for x := 60.0; x < 452; x += 16 {

@@ -72,6 +72,33 @@ type Options struct {
 	// MemBudgetSource says where MemBudget came from, for logs and errors.
 	MemBudgetSource string
 	Logger          *slog.Logger
+	// Sink, when set, receives every blended plane before it is written
+	// (the fused cycle, internal/cyclestage, hands them to the decon
+	// stage); nil: none.
+	Sink Sink
+	// NoPlanes leaves the mosaic planes unwritten (the fused cycle with
+	// keep_intermediates: false); the profiles, tile_positions.csv and the
+	// sentinel are written as always.
+	NoPlanes bool
+}
+
+// Sink receives a cycle's blended planes in the stage's order: the
+// config's channels in order, z ascending within each channel. Begin is
+// called once, after the alignment, with the stage's staging directory
+// (files the sink writes there are committed with the stage), the mosaic
+// size (H x W px) and the z-plane numbers; Plane with each plane (ch the
+// channel number, z the z-plane number, 1-based), which it must not change
+// (the writer may still be encoding it; the stage never reuses it). An
+// error from either stops the stage. End is called after the last plane,
+// before the sentinel and the commit: the sink finishes what it writes into
+// the staging directory. Reserve is the host memory (bytes) the sink holds
+// at once for mosaics of h x w px, n planes per channel: the stage plans
+// its own within MemBudget less that.
+type Sink interface {
+	Reserve(h, w, n int) int64
+	Begin(ctx context.Context, dir string, h, w int, zs []int) error
+	Plane(ctx context.Context, ch, z int, img *raster.Gray16) error
+	End(ctx context.Context) error
 }
 
 // Timings are the wall-clock seconds spent per step (steps overlap: reading
@@ -140,9 +167,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	r.w = newWriter(mp.Writes)
+	if o.Sink != nil {
+		if err := o.Sink.Begin(ctx, stage.Path, r.geom.MosaicH, r.geom.MosaicW, r.cyc.Z); err != nil {
+			return nil, err
+		}
+	}
 	inMem, err := r.pipeline(ctx, mp, stage.Path, start)
 	if err != nil {
 		return nil, err
+	}
+	if o.Sink != nil {
+		if err := o.Sink.End(ctx); err != nil {
+			return nil, err
+		}
 	}
 	r.tm.Write = r.w.seconds()
 	r.tm.Total = since(start)
@@ -208,7 +245,7 @@ func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
 	r.geom = geometry{Tiles: cyc.Tiles(), H: cyc.H, W: cyc.W, Workers: r.workers, WorkingDim: r.bp.WorkingSize}
 	r.geom.MosaicH, r.geom.MosaicW = nominalMosaic(cyc.Rows, cyc.H, cfg), nominalMosaic(cyc.Cols, cyc.W, cfg)
 	r.resident = membudget.RSS() // the engine is open: its context and libraries are in
-	r.mm = newMemModel(o.Engine, r.geom, r.resident, o.MemBudget, o.MemBudgetSource)
+	r.mm = newMemModel(o.Engine, r.geom, r.resident, r.budget(), o.MemBudgetSource)
 	if _, err := r.mm.choose(min(r.batch, r.nPlanes)); err != nil {
 		return nil, err
 	}
@@ -216,6 +253,17 @@ func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
 	// n//2 as in the original (20 planes -> Z10).
 	r.ref = plane{cyc.Channels[0], cyc.Z[max(1, len(cyc.Z)/2)-1]}
 	return r, nil
+}
+
+// budget is the memory budget of the stage's own plan: MemBudget less what
+// the sink holds (Sink.Reserve, at the current mosaic size), at least one
+// byte when there is a budget (0: none).
+func (r *cycleRun) budget() int64 {
+	b := r.o.MemBudget
+	if b <= 0 || r.o.Sink == nil {
+		return b
+	}
+	return max(1, b-r.o.Sink.Reserve(r.geom.MosaicH, r.geom.MosaicW, len(r.cyc.Z)))
 }
 
 // fit fits planes (ids name them) and refits those the darkest-image rule
@@ -278,7 +326,7 @@ func (r *cycleRun) alignReference(ctx context.Context, dir string) error {
 func (r *cycleRun) planPipeline() (memPlan, error) {
 	o, geom := r.o, &r.geom
 	geom.MosaicH, geom.MosaicW = mosaicSize(r.pos, r.cyc.H, r.cyc.W)
-	r.mm = newMemModel(o.Engine, *geom, r.resident, o.MemBudget, o.MemBudgetSource)
+	r.mm = newMemModel(o.Engine, *geom, r.resident, r.budget(), o.MemBudgetSource)
 	mm := r.mm
 	mp, err := mm.choose(min(r.batch, r.nPlanes))
 	if err != nil {
@@ -455,8 +503,17 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 		b[i].tiles = nil
 		r.gc()
 		rd.done()
+		if o.Sink != nil {
+			if err := o.Sink.Plane(ctx, pl.ch, pl.z, mosaic); err != nil {
+				return err
+			}
+		}
 		chDir := filepath.Join(dir, layout.ChannelDir(pl.ch))
-		r.w.plane(filepath.Join(chDir, layout.StitchedPlane(pl.z)), mosaic, filepath.Join(chDir, layout.BaSiCDir, layout.BaSiCStem(pl.z)), prof)
+		planePath := filepath.Join(chDir, layout.StitchedPlane(pl.z))
+		if o.NoPlanes {
+			planePath = ""
+		}
+		r.w.plane(planePath, mosaic, filepath.Join(chDir, layout.BaSiCDir, layout.BaSiCStem(pl.z)), prof)
 		mosaic = nil
 		if err := r.w.err(); err != nil {
 			return err
@@ -638,7 +695,7 @@ func (w *writer) do(fn func() error) {
 
 // plane writes one stitched plane and its profiles (prefix_flatfield.tif,
 // mean 1, and prefix_darkfield.tif in counts) as one job: a write slot
-// holds one plane's outputs.
+// holds one plane's outputs. path "": the profiles only.
 func (w *writer) plane(path string, img *raster.Gray16, prefix string, p *basic.Profile) {
 	flat := &raster.Float32{W: p.W, H: p.H, Pix: p.Flatfield}
 	dark := &raster.Float32{W: p.W, H: p.H, Pix: make([]float32, len(p.Darkfield))}
@@ -646,8 +703,10 @@ func (w *writer) plane(path string, img *raster.Gray16, prefix string, p *basic.
 		dark.Pix[i] = v * 65535
 	}
 	w.do(func() error {
-		if err := writeGray16(path, img); err != nil {
-			return err
+		if path != "" {
+			if err := writeGray16(path, img); err != nil {
+				return err
+			}
 		}
 		if err := writeFloat32(prefix+"_flatfield.tif", flat); err != nil {
 			return err

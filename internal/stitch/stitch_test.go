@@ -30,18 +30,7 @@ func project(t *testing.T) *config.Config {
 // synthProject generates the synthetic project o and loads its config.
 func synthProject(t *testing.T, o synth.Options) *config.Config {
 	t.Helper()
-	if err := synth.Generate(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(o.OutDir, "config.yaml")
-	if err := synth.WriteConfig(path, o, nil); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return synthtest.Project(t, o)
 }
 
 func run(cfg *config.Config) (*Result, error) {

@@ -43,35 +43,29 @@ func randFloat32(rng *rand.Rand, w, h int) *raster.Float32 {
 // sameGray16 reports the first differing pixel.
 func sameGray16(t *testing.T, what string, got, want *raster.Gray16) {
 	t.Helper()
-	if got.W != want.W || got.H != want.H {
-		t.Fatalf("%s: size %dx%d, want %dx%d", what, got.W, got.H, want.W, want.H)
-	}
-	bad := 0
-	first := -1
-	for i := range want.Pix {
-		if got.Pix[i] != want.Pix[i] {
-			if first < 0 {
-				first = i
-			}
-			bad++
-		}
-	}
-	if bad > 0 {
-		t.Fatalf("%s: %d of %d pixels differ; first at (y=%d, x=%d): got %d want %d",
-			what, bad, len(want.Pix), first/want.W, first%want.W, got.Pix[first], want.Pix[first])
-	}
+	samePixels(t, what, [2]int{got.W, got.H}, [2]int{want.W, want.H}, got.Pix, want.Pix, func(a, b uint16) bool { return a == b })
 }
 
 // sameFloat32 compares bit patterns (exact round trip, NaN payloads included).
 func sameFloat32(t *testing.T, what string, got, want *raster.Float32) {
 	t.Helper()
-	if got.W != want.W || got.H != want.H {
-		t.Fatalf("%s: size %dx%d, want %dx%d", what, got.W, got.H, want.W, want.H)
+	samePixels(t, what, [2]int{got.W, got.H}, [2]int{want.W, want.H}, got.Pix, want.Pix, func(a, b float32) bool {
+		return math.Float32bits(a) == math.Float32bits(b)
+	})
+}
+
+// samePixels fails t unless got and want, planes of the sizes gotWH and
+// wantWH (width, height; row-major pixels), have the same size and equal
+// pixels by eq; the message gives the count and the first difference.
+func samePixels[T any](t *testing.T, what string, gotWH, wantWH [2]int, got, want []T, eq func(a, b T) bool) {
+	t.Helper()
+	if gotWH != wantWH {
+		t.Fatalf("%s: size %dx%d, want %dx%d", what, gotWH[0], gotWH[1], wantWH[0], wantWH[1])
 	}
 	bad := 0
 	first := -1
-	for i := range want.Pix {
-		if math.Float32bits(got.Pix[i]) != math.Float32bits(want.Pix[i]) {
+	for i := range want {
+		if !eq(got[i], want[i]) {
 			if first < 0 {
 				first = i
 			}
@@ -79,9 +73,24 @@ func sameFloat32(t *testing.T, what string, got, want *raster.Float32) {
 		}
 	}
 	if bad > 0 {
-		t.Fatalf("%s: %d of %d pixels differ; first at (y=%d, x=%d): got %g want %g",
-			what, bad, len(want.Pix), first/want.W, first%want.W, got.Pix[first], want.Pix[first])
+		w := wantWH[0]
+		t.Fatalf("%s: %d of %d pixels differ; first at (y=%d, x=%d): got %v want %v",
+			what, bad, len(want), first/w, first%w, got[first], want[first])
 	}
+}
+
+// roundTrip writes want to path with write and returns what read reads
+// back; an error of either is fatal.
+func roundTrip[P any](t *testing.T, path string, want P, write func(string, P) error, read func(string) (P, error)) P {
+	t.Helper()
+	if err := write(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 var testSizes = [][2]int{{1, 1}, {1, 7}, {7, 1}, {3, 5}, {17, 13}, {255, 3}, {1001, 67}, {300, 900}, {4099, 129}}
@@ -92,14 +101,7 @@ func TestRoundTripGray16(t *testing.T) {
 	for _, sz := range testSizes {
 		want := randGray16(rng, sz[0], sz[1])
 		path := filepath.Join(dir, "g.tif")
-		if err := WriteGray16(path, want); err != nil {
-			t.Fatal(err)
-		}
-		got, err := ReadGray16(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameGray16(t, path, got, want)
+		sameGray16(t, path, roundTrip(t, path, want, WriteGray16, ReadGray16), want)
 		gotF, err := ReadFloat32(path)
 		if err != nil {
 			t.Fatal(err)
@@ -126,14 +128,7 @@ func TestRoundTripFloat32(t *testing.T) {
 	for _, sz := range testSizes {
 		want := randFloat32(rng, sz[0], sz[1])
 		path := filepath.Join(dir, "f.tif")
-		if err := WriteFloat32(path, want); err != nil {
-			t.Fatal(err)
-		}
-		got, err := ReadFloat32(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameFloat32(t, path, got, want)
+		sameFloat32(t, path, roundTrip(t, path, want, WriteFloat32, ReadFloat32), want)
 		info, err := ReadInfo(path)
 		if err != nil {
 			t.Fatal(err)

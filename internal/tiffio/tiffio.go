@@ -287,29 +287,28 @@ func WriteFloat32Pages(path string, pages []*raster.Float32) error {
 }
 
 func writeGray16Pages(path string, pages []*raster.Gray16, o writeOptions) error {
-	out := make([]outPage, len(pages))
-	for i, g := range pages {
-		if g == nil {
-			return checkImage(path, i, 0, 0, 0, true)
-		}
-		if err := checkImage(path, i, g.W, g.H, len(g.Pix), false); err != nil {
-			return err
-		}
-		out[i] = gray16Page(g.W, g.H, g.Pix)
-	}
-	return writePages(path, out, o)
+	return writePlanes(path, pages, o, func(g *raster.Gray16) (int, int, []uint16) { return g.W, g.H, g.Pix }, gray16Page)
 }
 
 func writeFloat32Pages(path string, pages []*raster.Float32, o writeOptions) error {
-	out := make([]outPage, len(pages))
-	for i, g := range pages {
+	return writePlanes(path, pages, o, func(g *raster.Float32) (int, int, []float32) { return g.W, g.H, g.Pix }, float32Page)
+}
+
+// writePlanes writes planes as the pages of one TIFF (writePages), each
+// made by page from the width, height and pixels that plane gives; a nil
+// plane, or one whose size is invalid or not its pixel count, is refused
+// (checkImage) before anything is written.
+func writePlanes[P any, T uint16 | float32](path string, planes []*P, o writeOptions, plane func(*P) (w, h int, pix []T), page func(w, h int, pix []T) outPage) error {
+	out := make([]outPage, len(planes))
+	for i, g := range planes {
 		if g == nil {
 			return checkImage(path, i, 0, 0, 0, true)
 		}
-		if err := checkImage(path, i, g.W, g.H, len(g.Pix), false); err != nil {
+		w, h, pix := plane(g)
+		if err := checkImage(path, i, w, h, len(pix), false); err != nil {
 			return err
 		}
-		out[i] = float32Page(g.W, g.H, g.Pix)
+		out[i] = page(w, h, pix)
 	}
 	return writePages(path, out, o)
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -315,12 +314,7 @@ func TestBadInputs(t *testing.T) {
 	tmpl := filepath.Join(root, "template")
 	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = tmpl, 1, 1
-	if err := synth.Generate(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.WriteConfig(filepath.Join(tmpl, "config.yaml"), o, nil); err != nil {
-		t.Fatal(err)
-	}
+	synthtest.Generate(t, o)
 	cases := catalogue()
 	var table strings.Builder
 	table.WriteString("| executable | bad input | exit | message names |\n|---|---|---|---|\n")

@@ -43,6 +43,7 @@ $PY - "$cfg" "$MEM_EDF_LOW" <<'PY'
 import sys, yaml
 p, low = sys.argv[1], int(sys.argv[2])
 c = yaml.safe_load(open(p))
+c["fused"] = False  # the stage rules: the per-stage rerun and the EDF job's memory retry below
 r = c.setdefault("resources", {})
 for s in ("stitch", "decon", "edf", "registration"):
     r[f"mem_{s}"], r[f"cpus_{s}"] = 1000, 1

@@ -58,6 +58,8 @@ CPU_PARTITION=cpu
 MEM_JOB=1500         # MB per stitch/decon/edf/QC job: an example cycle's decon peaks at 0.9 GB (measured
                      # with a 1000 MB budget); 5 jobs stay under RealMemory
 MEM_REGISTRATION=2000
+MEM_CYCLE=2500       # MB per fused cycle job (fused: true): the stitch job's working set and the fused decon and
+                     # EDF's planes (internal/cyclestage: Reserve)
 TIME_JOB=20          # minutes per job (SLURM time limit; an example cycle's stitch takes 1-2 min on 2 cores)
 CPUS_JOB=2           # cpus_per_task of every job
 SNAKEMAKE_TIMEOUT=2400   # s; the registration run takes ~8-9 min on 2 cores
@@ -152,8 +154,8 @@ if [ "$CONFIG_FROM" = init ]; then
   # The project's own config as a lab would make it: bin/kintsugi-config init from meta/experiment.json
   # (CODEX form), meta/CHANNELNAMES.txt and data/raw/, accounts from sacctmgr; used unchanged.
   res_flags=()
-  for stage in stitch decon edf registration qc; do
-    m=$MEM_JOB; [ "$stage" = registration ] && m=$MEM_REGISTRATION
+  for stage in stitch decon edf cycle registration qc; do
+    m=$MEM_JOB; [ "$stage" = registration ] && m=$MEM_REGISTRATION; [ "$stage" = cycle ] && m=$MEM_CYCLE
     res_flags+=(--resource "mem_$stage=$m" --resource "time_$stage=$TIME_JOB" --resource "cpus_$stage=$CPUS_JOB")
   done
   res_flags+=(--resource "mem_qc_registration=$MEM_JOB" --resource "time_qc_registration=$TIME_JOB")
@@ -163,9 +165,9 @@ if [ "$CONFIG_FROM" = init ]; then
   say "config written by kintsugi-config init (used unchanged): $(grep -c . "$cfg") lines"
 else
 $PY - "$proj/config.yaml" "$cfg" "$repo" "$ACCOUNTS" "$GPU_PARTITION" "$CPU_PARTITION" \
-  "$MEM_JOB" "$MEM_REGISTRATION" "$TIME_JOB" "$CPUS_JOB" <<'PY'
+  "$MEM_JOB" "$MEM_REGISTRATION" "$TIME_JOB" "$CPUS_JOB" "$MEM_CYCLE" <<'PY'
 import sys, yaml
-src, dst, repo, accounts, pgpu, pcpu, mem, mem_reg, time_, cpus = sys.argv[1:]
+src, dst, repo, accounts, pgpu, pcpu, mem, mem_reg, time_, cpus, mem_cycle = sys.argv[1:]
 cfg = yaml.safe_load(open(src))
 cfg["kintsugi_dir"] = repo
 cfg["device"] = "cpu"      # CI has no GPU; every rule passes --device from here
@@ -178,8 +180,9 @@ res["accounts"] = [
     {"name": n, "gpu_slots": int(s), "partition_gpu": pgpu, "partition_cpu": pcpu}
     for n, s in (a.split(":") for a in accounts.split(","))
 ]
-for stage in ("stitch", "decon", "edf", "registration", "qc"):
-    res[f"mem_{stage}"] = int(mem_reg if stage == "registration" else mem)
+cfg["fused"] = False       # this run: the three stage rules per cycle (the init run: the default, fused)
+for stage in ("stitch", "decon", "edf", "cycle", "registration", "qc"):
+    res[f"mem_{stage}"] = int(mem_reg if stage == "registration" else mem_cycle if stage == "cycle" else mem)
     res[f"time_{stage}"] = int(time_)
     res[f"cpus_{stage}"] = int(cpus)
 res["mem_qc_registration"], res["time_qc_registration"] = int(mem), int(time_)
@@ -265,12 +268,18 @@ run_snakemake registration "$work/snakemake_registration.log"
 say "registration workflow done"
 
 # ---- 6. SLURM accounting: jobs, accounts, GPUs, jobs in flight --------------------------------------------
-$PY - "$work/assign.json" "$work/expect.json" <<'PY'
+# The per-cycle rules: one fused cycle job (fused: true, the schema's default) or stitch, deconvolve, edf.
+per_cycle=$($PY -c 'import json, sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+d = json.load(open(sys.argv[2]))["properties"]["fused"]["default"]
+print("cycle" if c.get("fused", d) else "stitch deconvolve edf")' "$cfg" internal/config/schema/config.schema.json)
+say "per-cycle rules: $per_cycle"
+$PY - "$work/assign.json" "$work/expect.json" $per_cycle <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
 assert all(v["mode"] == "gpu" for v in a["cycles"].values()), "kintsugi-assign gave a non-GPU cycle"
 expect = [{"rule": rule, "wildcards": {"cycle": str(c)}, "account": v["account"], "partition": v["partition"], "gpus": 1}
-          for rule in ("stitch", "deconvolve", "edf") for c, v in a["cycles"].items()]
+          for rule in sys.argv[3:] for c, v in a["cycles"].items()]
 r = a["registration"]
 expect.append({"rule": "registration", "account": r["account"], "partition": r["partition"], "gpus": 1})
 json.dump(expect, open(sys.argv[2], "w"), indent=1)
@@ -281,7 +290,8 @@ $PY tests/e2e/slurm_check.py --log "$work/snakemake_registration.log" --limits "
   >"$work/slurm_check_registration.log" || { cat "$work/slurm_check_registration.log"; fail "SLURM accounting checks (registration run)"; }
 grep '^slurm_check' "$work/slurm_check_registration.log"
 n_sub=$(grep -c 'has been submitted with SLURM jobid' "$work/snakemake_registration.log")
-[ "$n_sub" = $((3 * CYCLES + 1)) ] || fail "registration run submitted $n_sub SLURM jobs, want $((3 * CYCLES + 1))"
+n_rules=$(echo $per_cycle | wc -w)
+[ "$n_sub" = $((n_rules * CYCLES + 1)) ] || fail "registration run submitted $n_sub SLURM jobs, want $((n_rules * CYCLES + 1))"
 
 # ---- 7. outputs: files, shapes, content ------------------------------------------------------------------------
 $PY - "$proj" "$cfg" "$MIN_NONZERO_FRACTION" "$MIN_STD_COUNTS" "$SHAPE_TOL_PX" "$REG_NCC_GAIN_MIN" "$work/names.json" <<'PY' || fail "output checks"

@@ -7,7 +7,8 @@
 #   --resources gpu_jobs=99 gpu_0=99   -> lowered to the plan: gpu_jobs 5, acct_a 3, acct_b 2;
 #   --resources gpu_jobs=2 gpu_1=1     -> kept: gpu_jobs 2, acct_b 1 (a smaller limit is never raised);
 # the lines are printed by the main process only (so _sm_is_main_process said so), and name the
-# --configfile path (_sm_configfiles). No SLURM needed. Run: tests/e2e/sm_compat.sh [workdir]
+# --configfile path (_sm_configfiles); `--config fused=true` plans one cycle job per cycle, fused=false
+# the three stage jobs. No SLURM needed. Run: tests/e2e/sm_compat.sh [workdir]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
@@ -40,5 +41,14 @@ for sm in "${sms[@]}"; do
       { grep 'kintsugi' "$work/dry-$v.log" >&2; fail "Snakemake $v, --resources $res: want 'GPU jobs in flight $want'"; }
     grep -qF "['$cfg']" "$work/dry-$v.log" || { grep 'config files' "$work/dry-$v.log" >&2; fail "Snakemake $v: config files not ['$cfg']"; }
   done
-  echo "sm_compat: Snakemake $v ($sm): limits lowered and kept, main process, config files: OK"
+  # fused: true makes one cycle job per cycle (rules/cycle.smk, its ruleorder over the stage rules);
+  # fused: false the three stage jobs.
+  for f in true false; do
+    (cd "$work" && "$sm" -s "$repo/Snakefile" registration -n --configfile "$cfg" --cores 1 --config fused=$f >"$work/dry-$v-fused.log" 2>&1) ||
+      { tail -n 20 "$work/dry-$v-fused.log" >&2; fail "Snakemake $v: snakemake -n --config fused=$f"; }
+    got="$(grep -cE '^rule cycle:' "$work/dry-$v-fused.log") $(grep -cE '^rule (stitch|deconvolve|edf):' "$work/dry-$v-fused.log")"
+    want="0 6"; [ $f = true ] && want="2 0"
+    [ "$got" = "$want" ] || fail "Snakemake $v, fused=$f: cycle and stage jobs '$got', want '$want'"
+  done
+  echo "sm_compat: Snakemake $v ($sm): limits lowered and kept, main process, config files, fused rule choice: OK"
 done

@@ -80,6 +80,7 @@ cfg = yaml.safe_load(open(src))
 cfg["kintsugi_dir"] = repo
 cfg["device"] = "cpu"   # no GPU here; every GPU job still asks for --gres=gpu:1 on the fake GPUs
 cfg["decon"] = {"iterations": int(iters), "stop_criterion": 0}
+cfg["fused"] = False    # the test kills the coordinator while separate decon jobs hold their outputs
 res = cfg.setdefault("resources", {})
 for k in ("total_gpu_slots", "total_cpu_slots", "total_slots", "account", "account_gpu", "account_cpu",
           "partition_gpu", "partition_cpu", "gpu_slots", "cpu_slots"):

@@ -6,7 +6,6 @@
 package lockrace
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
@@ -50,14 +48,7 @@ func project(t *testing.T) (cfg, processed string) {
 	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ, o.NChannels, o.Rows, o.Cols, o.TileH, o.TileW = t.TempDir(), 2, 3, 1, 2, 2, 192, 240
 	o.EmptyTiles = 0
-	if err := synth.Generate(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	cfg = filepath.Join(o.OutDir, "config.yaml")
-	if err := synth.WriteConfig(cfg, o, nil); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, layout.ProcessedDir(o.OutDir)
+	return synthtest.Generate(t, o), layout.ProcessedDir(o.OutDir)
 }
 
 func stages(t *testing.T, cfg, processed string) []stage {

@@ -12,7 +12,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -25,11 +24,7 @@ func TestExecutable(t *testing.T) {
 	bin := exectest.Build(t, "kintsugi-decon", ".")
 	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = filepath.Join(dir, "p"), 1, 2
-	cfgPath := filepath.Join(o.OutDir, "config.yaml")
-	os.MkdirAll(o.OutDir, 0o755)
-	if err := synth.WriteConfig(cfgPath, o, nil); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := synthtest.WriteConfig(t, o)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -61,26 +56,22 @@ func TestExecutable(t *testing.T) {
 	out := deconstage.OutDir(o.OutDir, 1)
 	tileOut := filepath.Join(dir, "tile.tif")
 	cases := []struct {
-		name  string
-		env   []string
-		args  []string
-		code  int
-		want  string
-		check func(t *testing.T)
+		exectest.Case
+		check func(t *testing.T) // after the run: its outputs
 	}{
-		{"no stitch sentinel", nil, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu"}, 2, ".snakemake_complete", nil},
-		{"missing config", nil, []string{"run", "-c", dir + "/nope.yaml", "--cycle", "1", "--device", "cpu"}, 2, "nope.yaml", nil},
-		{"bad device", nil, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "tpu"}, 2, "--device", nil},
-		{"gpu without cuda", nil, []string{"run", "-c", cfgPath, "--cycle", "1"}, 2, "built without CUDA support", nil},
-		{"bad cycle", nil, []string{"run", "-c", cfgPath, "--cycle", "7", "--device", "cpu"}, 2, "--cycle 7", nil},
-		{"bad workers env", []string{"SLURM_CPUS_PER_TASK=many"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu"}, 2, "SLURM_CPUS_PER_TASK", nil},
-		{"impossible memory budget", []string{"cpus_per_task=2"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu", "--mem-budget", "1"}, 2, "resources.mem_decon", func(t *testing.T) {
+		{exectest.Case{Name: "no stitch sentinel", Args: []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu"}, Code: 2, Want: ".snakemake_complete"}, nil},
+		{exectest.Case{Name: "missing config", Args: []string{"run", "-c", dir + "/nope.yaml", "--cycle", "1", "--device", "cpu"}, Code: 2, Want: "nope.yaml"}, nil},
+		{exectest.Case{Name: "bad device", Args: []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "tpu"}, Code: 2, Want: "--device"}, nil},
+		{exectest.Case{Name: "gpu without cuda", Args: []string{"run", "-c", cfgPath, "--cycle", "1"}, Code: 2, Want: "built without CUDA support"}, nil},
+		{exectest.Case{Name: "bad cycle", Args: []string{"run", "-c", cfgPath, "--cycle", "7", "--device", "cpu"}, Code: 2, Want: "--cycle 7"}, nil},
+		{exectest.Case{Name: "bad workers env", Env: []string{"SLURM_CPUS_PER_TASK=many"}, Args: []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu"}, Code: 2, Want: "SLURM_CPUS_PER_TASK"}, nil},
+		{exectest.Case{Name: "impossible memory budget", Env: []string{"cpus_per_task=2"}, Args: []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu", "--mem-budget", "1"}, Code: 2, Want: "resources.mem_decon"}, func(t *testing.T) {
 			// refused before any output: no output directory, no staging
 			if ents, err := os.ReadDir(filepath.Dir(out)); err == nil && len(ents) > 0 {
 				t.Errorf("output left behind under %s: %v", filepath.Dir(out), ents)
 			}
 		}},
-		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu", "--log-format", "text"}, 0, "channel deconvolved", func(t *testing.T) {
+		{exectest.Case{Name: "cpu run", Env: []string{"cpus_per_task=2"}, Args: []string{"run", "-c", cfgPath, "--cycle", "1", "--device", "cpu", "--log-format", "text"}, Code: 0, Want: "channel deconvolved"}, func(t *testing.T) {
 			for _, ch := range cfg.Channels {
 				for k := 1; k <= 2; k++ {
 					img, err := tiffio.ReadGray16(filepath.Join(out, fmt.Sprintf("CH%d", ch), fmt.Sprintf("deconv_%03d.tif", k)))
@@ -93,7 +84,7 @@ func TestExecutable(t *testing.T) {
 				t.Error(err)
 			}
 		}},
-		{"tile", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--device", "cpu"}, 0, "tile deconvolved", func(t *testing.T) {
+		{exectest.Case{Name: "tile", Args: []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--device", "cpu"}, Code: 0, Want: "tile deconvolved"}, func(t *testing.T) {
 			pg, err := tiffio.ReadGray16Pages(tileOut)
 			if err != nil || len(pg) != 2 {
 				t.Fatalf("tile output: %v, %d pages", err, len(pg))
@@ -108,23 +99,23 @@ func TestExecutable(t *testing.T) {
 				}
 			}
 		}},
-		{"tile directory", nil, []string{"tile", "-c", cfgPath, "--in", filepath.Join(in, "CH1"), "--out", tileOut, "--channel", "1", "--device", "cpu"}, 0, "tile deconvolved", nil},
-		{"gpu mem cap with cpu", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--device", "cpu", "--gpu-mem-cap", "512"}, 2, "--gpu-mem-cap", nil},
-		{"negative gpu mem cap", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--gpu-mem-cap", "-1"}, 2, "--gpu-mem-cap -1", nil},
-		{"tile bad channel", nil, []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "9", "--device", "cpu"}, 2, "--channel 9", nil},
-		{"tile missing input", nil, []string{"tile", "-c", cfgPath, "--in", dir + "/none.tif", "--out", tileOut, "--channel", "1", "--device", "cpu"}, 2, "none.tif", nil},
+		{exectest.Case{Name: "tile directory", Args: []string{"tile", "-c", cfgPath, "--in", filepath.Join(in, "CH1"), "--out", tileOut, "--channel", "1", "--device", "cpu"}, Code: 0, Want: "tile deconvolved"}, nil},
+		{exectest.Case{Name: "gpu mem cap with cpu", Args: []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--device", "cpu", "--gpu-mem-cap", "512"}, Code: 2, Want: "--gpu-mem-cap"}, nil},
+		{exectest.Case{Name: "negative gpu mem cap", Args: []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "1", "--gpu-mem-cap", "-1"}, Code: 2, Want: "--gpu-mem-cap -1"}, nil},
+		{exectest.Case{Name: "tile bad channel", Args: []string{"tile", "-c", cfgPath, "--in", stack, "--out", tileOut, "--channel", "9", "--device", "cpu"}, Code: 2, Want: "--channel 9"}, nil},
+		{exectest.Case{Name: "tile missing input", Args: []string{"tile", "-c", cfgPath, "--in", dir + "/none.tif", "--out", tileOut, "--channel", "1", "--device", "cpu"}, Code: 2, Want: "none.tif"}, nil},
 	}
 	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.Name, func(t *testing.T) {
 			if i == 1 { // after the first case, the stitch sentinel exists
 				os.WriteFile(sentinel, []byte("stage=stitch\n"), 0o644)
 			}
-			msg, code := exectest.Run(t, bin, tc.env, tc.args...)
-			if err := exectest.Check(msg, code, tc.code, tc.want); err != nil {
+			_, code, err := tc.Run(t, bin)
+			if err != nil {
 				t.Fatal(err)
 			}
 			_, statErr := os.Stat(layout.Sentinel(out))
-			if tc.args[0] == "run" && (tc.code == 0) != (statErr == nil) {
+			if tc.Args[0] == "run" && (tc.Code == 0) != (statErr == nil) {
 				t.Errorf("decon sentinel present = %v after exit %d", statErr == nil, code)
 			}
 			if tc.check != nil {

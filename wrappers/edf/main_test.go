@@ -22,11 +22,7 @@ func TestExecutable(t *testing.T) {
 	bin := exectest.Build(t, "kintsugi-edf", ".")
 	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NChannels = filepath.Join(dir, "p"), 2, 2
-	os.MkdirAll(o.OutDir, 0o755)
-	cfg := synth.ConfigPath(o.OutDir)
-	if err := synth.WriteConfig(cfg, o, nil); err != nil {
-		t.Fatal(err)
-	}
+	cfg := synthtest.WriteConfig(t, o)
 	wav := filepath.Join(dir, "wavelet.yaml")
 	data, _ := os.ReadFile(cfg)
 	os.WriteFile(wav, append(data, []byte("edf: {method: wavelet}\n")...), 0o644)
@@ -53,23 +49,17 @@ func TestExecutable(t *testing.T) {
 	empty := filepath.Join(dir, "empty.tif")
 	tiffio.WriteGray16Pages(empty, []*raster.Gray16{raster.NewGray16(8, 8), raster.NewGray16(8, 8), raster.NewGray16(8, 8)})
 
-	cases := []struct {
-		name string
-		env  []string
-		args []string
-		code int
-		want string
-	}{
-		{"gpu without cuda", nil, []string{"run", "--config", cfg, "--cycle", "1"}, 2, "built without CUDA support"},
-		{"wavelet on the gpu without cuda", nil, []string{"run", "--config", wav, "--cycle", "1", "--device", "gpu"}, 2, "built without CUDA support"},
-		{"cycle not in config", nil, []string{"run", "--config", cfg, "--cycle", "7", "--device", "cpu"}, 2, "--cycle 7"},
-		{"missing decon sentinel", nil, []string{"run", "--config", cfg, "--cycle", "2", "--device", "cpu"}, 2, "deconvolved/cyc02/.snakemake_complete"},
-		{"empty stack", nil, []string{"tile", "--in", empty, "--out", filepath.Join(dir, "e.tif"), "--device", "cpu"}, 2, "too few valid slices"},
-		{"bad workers env", []string{"SLURM_CPUS_PER_TASK=x"}, []string{"run", "--config", cfg, "--cycle", "1", "--device", "cpu"}, 2, "SLURM_CPUS_PER_TASK"},
-		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "--config", cfg, "--cycle", "1", "--device", "cpu", "--log-format", "text"}, 0, "cycle done"},
-		{"cpu run wavelet", nil, []string{"run", "--config", wav, "--cycle", "1", "--device", "cpu", "--log-format", "json"}, 0, `"method":"wavelet"`},
-		{"tile directory", nil, []string{"tile", "--in", stackDir, "--out", filepath.Join(dir, "a.tif"), "--device", "cpu"}, 0, "stack fused"},
-		{"tile multi-page", nil, []string{"tile", "--in", multi, "--out", filepath.Join(dir, "b.tif"), "--device", "cpu", "--config", cfg}, 0, "stack fused"},
+	cases := []exectest.Case{
+		{Name: "gpu without cuda", Args: []string{"run", "--config", cfg, "--cycle", "1"}, Code: 2, Want: "built without CUDA support"},
+		{Name: "wavelet on the gpu without cuda", Args: []string{"run", "--config", wav, "--cycle", "1", "--device", "gpu"}, Code: 2, Want: "built without CUDA support"},
+		{Name: "cycle not in config", Args: []string{"run", "--config", cfg, "--cycle", "7", "--device", "cpu"}, Code: 2, Want: "--cycle 7"},
+		{Name: "missing decon sentinel", Args: []string{"run", "--config", cfg, "--cycle", "2", "--device", "cpu"}, Code: 2, Want: "deconvolved/cyc02/.snakemake_complete"},
+		{Name: "empty stack", Args: []string{"tile", "--in", empty, "--out", filepath.Join(dir, "e.tif"), "--device", "cpu"}, Code: 2, Want: "too few valid slices"},
+		{Name: "bad workers env", Env: []string{"SLURM_CPUS_PER_TASK=x"}, Args: []string{"run", "--config", cfg, "--cycle", "1", "--device", "cpu"}, Code: 2, Want: "SLURM_CPUS_PER_TASK"},
+		{Name: "cpu run", Env: []string{"cpus_per_task=2"}, Args: []string{"run", "--config", cfg, "--cycle", "1", "--device", "cpu", "--log-format", "text"}, Code: 0, Want: "cycle done"},
+		{Name: "cpu run wavelet", Args: []string{"run", "--config", wav, "--cycle", "1", "--device", "cpu", "--log-format", "json"}, Code: 0, Want: `"method":"wavelet"`},
+		{Name: "tile directory", Args: []string{"tile", "--in", stackDir, "--out", filepath.Join(dir, "a.tif"), "--device", "cpu"}, Code: 0, Want: "stack fused"},
+		{Name: "tile multi-page", Args: []string{"tile", "--in", multi, "--out", filepath.Join(dir, "b.tif"), "--device", "cpu", "--config", cfg}, Code: 0, Want: "stack fused"},
 	}
 	// A budget below the smallest working set: refused before any output
 	// (no cycle directory, no staging directory left), exit 2, naming the
@@ -87,9 +77,8 @@ func TestExecutable(t *testing.T) {
 		}
 	})
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			out, code := exectest.Run(t, bin, c.env, c.args...)
-			if err := exectest.Check(out, code, c.code, c.want); err != nil {
+		t.Run(c.Name, func(t *testing.T) {
+			if _, _, err := c.Run(t, bin); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -44,43 +44,36 @@ func TestExecutable(t *testing.T) {
 	pairOut := filepath.Join(dir, "pair")
 	reg := filepath.Join(dir, "good", "data", "processed", "registered")
 
-	cases := []struct {
-		name string
-		env  []string
-		args []string
-		code int
-		want string
-	}{
-		{"missing config", nil, []string{"run", "--config", dir + "/nope.yaml", "--device", "cpu"}, 2, "nope.yaml"},
-		{"bad device", nil, []string{"run", "--config", good, "--device", "tpu"}, 2, "--device"},
-		{"gpu without cuda", nil, []string{"run", "--config", good, "--log-format", "text"}, 2, "built without CUDA support"},
-		{"missing sentinel", nil, []string{"run", "--config", noSent, "--device", "cpu"}, 2, sent},
-		{"reference not a cycle", nil, []string{"run", "--config", badRef, "--device", "cpu"}, 2, "registration.reference_cycle"},
-		{"impossible budget", nil, []string{"run", "--config", tight, "--device", "cpu", "--mem-budget", "8"}, 2, "resources.mem_registration"},
-		{"impossible budget from SLURM", []string{"SLURM_MEM_PER_NODE=9"}, []string{"run", "--config", tight, "--device", "cpu"}, 2, "memory budget 9 MiB (SLURM_MEM_PER_NODE) is too small"},
-		{"unknown flag", nil, []string{"run", "--frobnicate"}, 2, "frobnicate"},
-		{"cpu run", []string{"cpus_per_task=2"}, []string{"run", "--config", good, "--device", "cpu", "--log-format", "text"}, 0, "registration done"},
-		{"pair", nil, []string{"pair", "--fixed", fixed, "--moving", moving, "--out", pairOut, "--device", "cpu", "--workers", "2"}, 0, "pair registered"},
-		{"apply", nil, []string{"apply", "--transform", filepath.Join(reg, "registration_data", "cyc02_transform.json"),
-			"--in", filepath.Join(edf2, cfg.EDFFileName(2, 2)), "--out", filepath.Join(dir, "applied.tif"), "--device", "cpu"}, 0, "transform applied"},
-		{"apply missing transform", nil, []string{"apply", "--transform", dir + "/none.json", "--in", fixed, "--out", dir + "/x.tif", "--device", "cpu"}, 2, "none.json"},
+	cases := []exectest.Case{
+		{Name: "missing config", Args: []string{"run", "--config", dir + "/nope.yaml", "--device", "cpu"}, Code: 2, Want: "nope.yaml"},
+		{Name: "bad device", Args: []string{"run", "--config", good, "--device", "tpu"}, Code: 2, Want: "--device"},
+		{Name: "gpu without cuda", Args: []string{"run", "--config", good, "--log-format", "text"}, Code: 2, Want: "built without CUDA support"},
+		{Name: "missing sentinel", Args: []string{"run", "--config", noSent, "--device", "cpu"}, Code: 2, Want: sent},
+		{Name: "reference not a cycle", Args: []string{"run", "--config", badRef, "--device", "cpu"}, Code: 2, Want: "registration.reference_cycle"},
+		{Name: "impossible budget", Args: []string{"run", "--config", tight, "--device", "cpu", "--mem-budget", "8"}, Code: 2, Want: "resources.mem_registration"},
+		{Name: "impossible budget from SLURM", Env: []string{"SLURM_MEM_PER_NODE=9"}, Args: []string{"run", "--config", tight, "--device", "cpu"}, Code: 2, Want: "memory budget 9 MiB (SLURM_MEM_PER_NODE) is too small"},
+		{Name: "unknown flag", Args: []string{"run", "--frobnicate"}, Code: 2, Want: "frobnicate"},
+		{Name: "cpu run", Env: []string{"cpus_per_task=2"}, Args: []string{"run", "--config", good, "--device", "cpu", "--log-format", "text"}, Code: 0, Want: "registration done"},
+		{Name: "pair", Args: []string{"pair", "--fixed", fixed, "--moving", moving, "--out", pairOut, "--device", "cpu", "--workers", "2"}, Code: 0, Want: "pair registered"},
+		{Name: "apply", Args: []string{"apply", "--transform", filepath.Join(reg, "registration_data", "cyc02_transform.json"),
+			"--in", filepath.Join(edf2, cfg.EDFFileName(2, 2)), "--out", filepath.Join(dir, "applied.tif"), "--device", "cpu"}, Code: 0, Want: "transform applied"},
+		{Name: "apply missing transform", Args: []string{"apply", "--transform", dir + "/none.json", "--in", fixed, "--out", dir + "/x.tif", "--device", "cpu"}, Code: 2, Want: "none.json"},
 	}
 	for _, c := range cases {
-		out, code := exectest.Run(t, bin, c.env, c.args...)
-		if err := exectest.Check(out, code, c.code, c.want); err != nil {
-			t.Errorf("%s: %v", c.name, err)
+		if _, _, err := c.Run(t, bin); err != nil {
+			t.Errorf("%s: %v", c.Name, err)
 		}
-		if c.code == 2 && strings.Contains(c.name, "sentinel") {
+		if c.Code == 2 && strings.Contains(c.Name, "sentinel") {
 			if _, err := os.Stat(filepath.Join(dir, "nosent", "data", "processed", "registered")); err == nil {
-				t.Errorf("%s: registered/ written", c.name)
+				t.Errorf("%s: registered/ written", c.Name)
 			}
 		}
-		if strings.Contains(c.name, "budget") {
+		if strings.Contains(c.Name, "budget") {
 			// Refused before any output: nothing under processed/ but the
 			// EDF input, no staging directory.
 			ents, err := os.ReadDir(filepath.Join(dir, "tight", "data", "processed"))
 			if err != nil || len(ents) != 1 || ents[0].Name() != "edf" {
-				t.Errorf("%s: processed/ holds %v (%v), want only edf/", c.name, ents, err)
+				t.Errorf("%s: processed/ holds %v (%v), want only edf/", c.Name, ents, err)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/exectest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
@@ -26,14 +24,7 @@ func tinyProject(t *testing.T, dir string, nz int) (cfg, out string) {
 	t.Helper()
 	o := synthtest.Tiny(t)
 	o.OutDir, o.NCycles, o.NZ = dir, 1, nz
-	if err := synth.Generate(context.Background(), o); err != nil {
-		t.Fatal(err)
-	}
-	cfg = filepath.Join(dir, "config.yaml")
-	if err := synth.WriteConfig(cfg, o, nil); err != nil {
-		t.Fatal(err)
-	}
-	return cfg, layout.Stitched(dir, 1)
+	return synthtest.Generate(t, o), layout.Stitched(dir, 1)
 }
 
 func stitchCmd(bin, cfg string, extraEnv ...string) *exec.Cmd {

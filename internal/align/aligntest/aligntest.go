@@ -119,14 +119,23 @@ func pairErrors(t *testing.T, m *Mosaic, got []align.Translation) (worst, rms fl
 	return worst, math.Sqrt(ss / float64(n)), at
 }
 
+// translate runs tr on the pairs of m under p (an error is fatal) and
+// returns the translations with their errors against the truth
+// (pairErrors).
+func translate(t *testing.T, tr align.PairTranslator, m *Mosaic, p align.Params) (got []align.Translation, worst, rms float64, at int) {
+	t.Helper()
+	got, err := tr.Translate(context.Background(), m.Tiles, m.Pairs, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst, rms, at = pairErrors(t, m, got)
+	return got, worst, rms, at
+}
+
 func testSubpixel(t *testing.T, tr align.PairTranslator) {
 	for seed := uint64(1); seed <= 2; seed++ {
 		m := StandardMosaic(seed, 0.02, false)
-		got, err := tr.Translate(context.Background(), m.Tiles, m.Pairs, StandardParams(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		worst, rms, at := pairErrors(t, m, got)
+		got, worst, rms, at := translate(t, tr, m, StandardParams(true))
 		t.Logf("seed %d: sub-pixel translation error max %.3f px (pair %d), rms %.3f px", seed, worst, at, rms)
 		if worst > SubpixelMaxErr || rms > SubpixelRMSErr {
 			dy, dx := m.TrueTranslation(at)
@@ -140,11 +149,7 @@ func testInteger(t *testing.T, tr align.PairTranslator) {
 	// Whole-pixel truth and no sub-pixel refinement: the NCC maximum is the
 	// true translation exactly.
 	m := StandardMosaic(3, 0.02, true)
-	got, err := tr.Translate(context.Background(), m.Tiles, m.Pairs, StandardParams(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	worst, _, at := pairErrors(t, m, got)
+	got, worst, _, at := translate(t, tr, m, StandardParams(false))
 	if worst != 0 {
 		dy, dx := m.TrueTranslation(at)
 		t.Errorf("integer translations: pair %d %+v got (%g, %g), true (%g, %g)", at, m.Pairs[at], got[at].DY, got[at].DX, dy, dx)
@@ -158,11 +163,7 @@ func testInteger(t *testing.T, tr align.PairTranslator) {
 
 func testNoisy(t *testing.T, tr align.PairTranslator) {
 	m := StandardMosaic(4, 0.1, false)
-	got, err := tr.Translate(context.Background(), m.Tiles, m.Pairs, StandardParams(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	worst, rms, at := pairErrors(t, m, got)
+	got, worst, rms, at := translate(t, tr, m, StandardParams(true))
 	t.Logf("noise 0.1: translation error max %.3f px (pair %d), rms %.3f px", worst, at, rms)
 	if worst > NoisyMaxErr {
 		dy, dx := m.TrueTranslation(at)
@@ -177,11 +178,7 @@ func testOddSizes(t *testing.T, tr align.PairTranslator) {
 	m := NewMosaic(MosaicConfig{Rows: 2, Cols: 3, H: 173, W: 211, Overlap: 0.25, Jitter: 3, Integer: true,
 		Noise: 0.02, Seed: 5, Workers: 2})
 	p := align.Params{Overlap: 0.25, NCCThreshold: thresh, POU: pou, Subpixel: false}
-	got, err := tr.Translate(context.Background(), m.Tiles, m.Pairs, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	worst, _, at := pairErrors(t, m, got)
+	got, worst, _, at := translate(t, tr, m, p)
 	if worst != 0 {
 		dy, dx := m.TrueTranslation(at)
 		t.Errorf("odd sizes: pair %d %+v got (%g, %g), true (%g, %g)", at, m.Pairs[at], got[at].DY, got[at].DX, dy, dx)

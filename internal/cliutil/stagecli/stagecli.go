@@ -140,7 +140,7 @@ type Engine interface{ Name() string }
 // when the binary was built without CUDA. release closes the CUDA engine,
 // returning its error (callers that ignore it may), and logs the process's
 // peak resident memory (VmHWM) so that every stage job reports it beside
-// the budget logged at Setup.
+// the budget logged at Setup, and the device memory (logDevice).
 func Open[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engine) E) (eng E, release func() error, err error) {
 	return OpenWith(o, dev, cpu, func(opts gpu.Options) (E, func() error, error) {
 		e, err := gpu.Open(opts)
@@ -148,8 +148,17 @@ func Open[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.En
 			var none E
 			return none, nil, err
 		}
-		return onGPU(e), e.Close, nil
+		return onGPU(e), func() error { o.logDevice(e); return e.Close() }, nil
 	})
+}
+
+// logDevice logs the CUDA engine's device memory: its peak (cuMemGetInfo,
+// the context and other processes on the GPU included), the buffer pool's
+// peak and the card's total, in MiB.
+func (o Opts) logDevice(e *gpu.Engine) {
+	if ms, err := e.MemInfo(); err == nil {
+		o.Logger.Info("device memory", "peak_mib", ms.DevicePeak>>20, "pool_peak_mib", ms.PoolPeak>>20, "total_mib", ms.Total>>20)
+	}
 }
 
 // OpenWith is Open with the GPU opened by openGPU (returning the engine

@@ -11,12 +11,11 @@ package edftest
 import (
 	"context"
 	"errors"
-	"math"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
@@ -33,7 +32,10 @@ type Options struct {
 // on the whole plane as one strip.
 func Whole(h int) edf.CPU { return edf.CPU{Workers: 2, StripRows: h} }
 
-var defGate = edf.Gate{MaxZeroFrac: 0.10, MaxSatFrac: 0.05, MinValid: 3}
+// Gate is the quality gate the suite and the implementations' own tests
+// run with: a slice is used unless more than 10 % of its pixels are 0 or
+// more than 5 % saturated, and at least 3 slices must be used.
+var Gate = edf.Gate{MaxZeroFrac: 0.10, MaxSatFrac: 0.05, MinValid: 3}
 
 // Run runs the suite.
 func Run(t *testing.T, impl edf.Fuser, o Options) {
@@ -46,13 +48,25 @@ func Run(t *testing.T, impl edf.Fuser, o Options) {
 	t.Run("Wavelet", func(t *testing.T) { testWavelet(t, impl, o) })
 }
 
-func mustStack(t *testing.T, o synth.EDFStackOptions) *synth.EDFStack {
+// Stack returns the synthetic stack of o (synth.MakeEDFStack); an error is
+// fatal.
+func Stack(t testing.TB, o synth.EDFStackOptions) *synth.EDFStack {
 	t.Helper()
 	st, err := synth.MakeEDFStack(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// fuse runs f on planes with the suite's gate and p; an error is fatal.
+func fuse(t *testing.T, f edf.Fuser, planes []*raster.Gray16, p edf.Params) *edf.Result {
+	t.Helper()
+	res, err := f.EDF(context.Background(), planes, Gate, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // CompareResults fails t unless got's index map equals want's exactly and
@@ -119,16 +133,16 @@ func testMatchesReference(t *testing.T, impl edf.Fuser) {
 		}(), func(p *edf.Params) { p.RadiusX, p.RadiusY = 3, 0 }},
 	}
 	for _, c := range cases {
-		st := mustStack(t, c.so)
+		st := Stack(t, c.so)
 		p := edf.DefaultParams()
 		if c.p != nil {
 			c.p(&p)
 		}
-		want, err := Whole(c.so.H).EDF(ctx, st.Planes, defGate, p)
+		want, err := Whole(c.so.H).EDF(ctx, st.Planes, Gate, p)
 		if err != nil {
 			t.Fatalf("%s: reference: %v", c.name, err)
 		}
-		got, err := impl.EDF(ctx, st.Planes, defGate, p)
+		got, err := impl.EDF(ctx, st.Planes, Gate, p)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -140,32 +154,15 @@ func testMatchesReference(t *testing.T, impl edf.Fuser) {
 			}
 		}
 		// Determinism.
-		again, err := impl.EDF(ctx, st.Planes, defGate, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		again := fuse(t, impl, st.Planes, p)
 		CompareResults(t, c.name+" (second run)", again, got)
 	}
 }
 
-// DepthError returns the median and the 90th percentile of |index - depth|
-// in planes over all pixels.
-func DepthError(index []uint16, depth []float64) (med, p90 float64) {
-	e := make([]float64, len(index))
-	for i, k := range index {
-		e[i] = math.Abs(float64(k) - depth[i])
-	}
-	sort.Float64s(e)
-	return e[len(e)/2], e[len(e)*9/10]
-}
-
 func testDepthRecovery(t *testing.T, impl edf.Fuser) {
-	st := mustStack(t, synth.DefaultEDFStack())
-	res, err := impl.EDF(context.Background(), st.Planes, defGate, edf.DefaultParams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	med, p90 := DepthError(res.Index, st.Depth)
+	st := Stack(t, synth.DefaultEDFStack())
+	res := fuse(t, impl, st.Planes, edf.DefaultParams())
+	med, p90 := accuracy.DepthError(res.Index, st.Depth)
 	t.Logf("variance EDF depth error: median %.2f, 90th percentile %.2f planes (blur %.1f px per plane)", med, p90, synth.DefaultEDFStack().Blur)
 	// Bounds: the truth is continuous, the index an integer (0.5 from
 	// rounding alone); sigma 10 pre-smoothing spreads the decision over
@@ -177,31 +174,18 @@ func testDepthRecovery(t *testing.T, impl edf.Fuser) {
 		t.Errorf("depth error median %.2f (max 0.5), 90th percentile %.2f (max 2.25) planes", med, p90)
 	}
 	// The EDF beats every single slice against the sharp truth.
-	e := RMSE(res.Out, st.Sharp)
+	e := accuracy.RMSE16(res.Out, st.Sharp)
 	for k, pl := range st.Planes {
-		if ek := RMSE(pl, st.Sharp); ek <= e {
+		if ek := accuracy.RMSE16(pl, st.Sharp); ek <= e {
 			t.Errorf("slice %d is closer to the sharp truth (RMSE %.1f) than the EDF (%.1f)", k, ek, e)
 		}
 	}
 }
 
-// RMSE is the root-mean-square difference of a plane from a truth, counts.
-func RMSE(g *raster.Gray16, truth *raster.Float32) float64 {
-	var s float64
-	for i, v := range g.Pix {
-		d := float64(v) - float64(truth.Pix[i])
-		s += d * d
-	}
-	return math.Sqrt(s / float64(len(g.Pix)))
-}
-
 func testBorder(t *testing.T, impl edf.Fuser) {
 	so := synth.DefaultEDFStack()
-	st := mustStack(t, so)
-	res, err := impl.EDF(context.Background(), st.Planes, defGate, edf.DefaultParams())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := Stack(t, so)
+	res := fuse(t, impl, st.Planes, edf.DefaultParams())
 	// The original's tile blending weights the outermost row and column
 	// 0 (they come out 0); here every border pixel is a slice's pixel
 	// (background 400 counts, never 0) from a slice near the true depth.
@@ -218,7 +202,7 @@ func testBorder(t *testing.T, impl edf.Fuser) {
 		}
 		bi, bd = append(bi, res.Index[i]), append(bd, st.Depth[i])
 	}
-	med, p90 := DepthError(bi, bd)
+	med, p90 := accuracy.DepthError(bi, bd)
 	t.Logf("outermost rows and columns: depth error median %.2f, p90 %.2f planes", med, p90)
 	if med > 1 || p90 > 3.5 {
 		t.Errorf("outermost rows and columns: depth error median %.2f (max 1), p90 %.2f (max 3.5) planes", med, p90)
@@ -229,7 +213,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	ctx := context.Background()
 	so := synth.DefaultEDFStack()
 	so.NZ = 8
-	st := mustStack(t, so)
+	st := Stack(t, so)
 	n := so.W * so.H
 	planes := make([]*raster.Gray16, len(st.Planes))
 	for i, p := range st.Planes {
@@ -251,7 +235,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	set(1, zeroN+1, 0)
 	set(5, n/20+1, 65535)
 	set(6, n/20, 64000)
-	res, err := impl.EDF(ctx, planes, defGate, edf.DefaultParams())
+	res, err := impl.EDF(ctx, planes, Gate, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +253,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 	}
 	// Four valid slices: all used.
 	four := []*raster.Gray16{planes[2], planes[3], planes[1], planes[4], planes[6]}
-	res, err = impl.EDF(ctx, four, defGate, edf.DefaultParams())
+	res, err = impl.EDF(ctx, four, Gate, edf.DefaultParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +261,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 		t.Errorf("four valid slices: used %v, want %v", res.Used, want)
 	}
 	// Two valid slices of four: too few.
-	_, err = impl.EDF(ctx, []*raster.Gray16{planes[1], planes[2], planes[5], planes[3]}, defGate, edf.DefaultParams())
+	_, err = impl.EDF(ctx, []*raster.Gray16{planes[1], planes[2], planes[5], planes[3]}, Gate, edf.DefaultParams())
 	var ge *edf.GateError
 	if !errors.Is(err, edf.ErrTooFewSlices) || !errors.As(err, &ge) || ge.Valid != 2 {
 		t.Errorf("two valid slices: error %v, want a GateError with 2 valid", err)
@@ -293,7 +277,7 @@ func testGate(t *testing.T, impl edf.Fuser) {
 		}
 	}
 	for name, s := range map[string][]*raster.Gray16{"empty": empty, "saturated": sat} {
-		if _, err := impl.EDF(ctx, s, defGate, edf.DefaultParams()); !errors.Is(err, edf.ErrTooFewSlices) {
+		if _, err := impl.EDF(ctx, s, Gate, edf.DefaultParams()); !errors.Is(err, edf.ErrTooFewSlices) {
 			t.Errorf("%s stack: error %v, want ErrTooFewSlices", name, err)
 		}
 	}
@@ -303,15 +287,12 @@ func testGate(t *testing.T, impl edf.Fuser) {
 // identical slices fuses to the first used one everywhere, with and
 // without index smoothing.
 func testTies(t *testing.T, impl edf.Fuser) {
-	st := mustStack(t, synth.DefaultEDFStack())
+	st := Stack(t, synth.DefaultEDFStack())
 	same := []*raster.Gray16{st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3], st.Planes[3]}
 	for _, zs := range []float64{0, 1} {
 		p := edf.DefaultParams()
 		p.ZSmoothSigma = zs
-		res, err := impl.EDF(context.Background(), same, defGate, p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := fuse(t, impl, same, p)
 		for i, k := range res.Index {
 			if k != 1 { // slices 1..4 used (six valid: first and last dropped)
 				t.Fatalf("z_smooth_sigma %g: identical slices, pixel %d from slice %d, want the first used (1)", zs, i, k)
@@ -322,38 +303,38 @@ func testTies(t *testing.T, impl edf.Fuser) {
 
 func testBadInput(t *testing.T, impl edf.Fuser) {
 	ctx := context.Background()
-	st := mustStack(t, synth.DefaultEDFStack())
+	st := Stack(t, synth.DefaultEDFStack())
 	p := edf.DefaultParams()
 	mixed := append([]*raster.Gray16{raster.NewGray16(5, 5)}, st.Planes[1:]...)
-	if _, err := impl.EDF(ctx, mixed, defGate, p); err == nil || !strings.Contains(err.Error(), "plane 1") {
+	if _, err := impl.EDF(ctx, mixed, Gate, p); err == nil || !strings.Contains(err.Error(), "plane 1") {
 		t.Errorf("planes of different sizes: error %v, want one naming plane 1", err)
 	}
-	if _, err := impl.EDF(ctx, nil, defGate, p); err == nil {
+	if _, err := impl.EDF(ctx, nil, Gate, p); err == nil {
 		t.Error("no planes: no error")
 	}
 	bad := p
 	bad.Method = "laplace"
-	if _, err := impl.EDF(ctx, st.Planes, defGate, bad); err == nil || !strings.Contains(err.Error(), "edf.method") {
+	if _, err := impl.EDF(ctx, st.Planes, Gate, bad); err == nil || !strings.Contains(err.Error(), "edf.method") {
 		t.Errorf("unknown method: error %v, want one naming edf.method", err)
 	}
 	bad = p
 	bad.Sigma = -1
-	if _, err := impl.EDF(ctx, st.Planes, defGate, bad); err == nil || !strings.Contains(err.Error(), "edf.sigma") {
+	if _, err := impl.EDF(ctx, st.Planes, Gate, bad); err == nil || !strings.Contains(err.Error(), "edf.sigma") {
 		t.Errorf("negative sigma: error %v, want one naming edf.sigma", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := impl.EDF(cctx, st.Planes, defGate, p); !errors.Is(err, context.Canceled) {
+	if _, err := impl.EDF(cctx, st.Planes, Gate, p); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: error %v, want context.Canceled", err)
 	}
 }
 
 func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	ctx := context.Background()
-	st := mustStack(t, synth.DefaultEDFStack())
+	st := Stack(t, synth.DefaultEDFStack())
 	p := edf.DefaultParams()
 	p.Method = edf.MethodWavelet
-	res, err := impl.EDF(ctx, st.Planes, defGate, p)
+	res, err := impl.EDF(ctx, st.Planes, Gate, p)
 	if !o.Wavelet {
 		if err == nil || !strings.Contains(err.Error(), "edf.method") {
 			t.Errorf("wavelet on an implementation without it: error %v, want one naming edf.method", err)
@@ -363,31 +344,19 @@ func testWavelet(t *testing.T, impl edf.Fuser, o Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := edf.CPU{Workers: 2}.EDF(ctx, st.Planes, defGate, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := fuse(t, edf.CPU{Workers: 2}, st.Planes, p)
 	CompareResults(t, "wavelet", res, ref)
 	q := p
 	q.WaveletLevels = 2
-	r2, err := impl.EDF(ctx, st.Planes, defGate, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref2, err := edf.CPU{Workers: 3}.EDF(ctx, st.Planes, defGate, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r2 := fuse(t, impl, st.Planes, q)
+	ref2 := fuse(t, edf.CPU{Workers: 3}, st.Planes, q)
 	CompareResults(t, "wavelet, 2 levels", r2, ref2)
 	pv := edf.DefaultParams()
-	vres, err := impl.EDF(ctx, st.Planes, defGate, pv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ew, ev := RMSE(res.Out, st.Sharp), RMSE(vres.Out, st.Sharp)
+	vres := fuse(t, impl, st.Planes, pv)
+	ew, ev := accuracy.RMSE16(res.Out, st.Sharp), accuracy.RMSE16(vres.Out, st.Sharp)
 	mp := MaxProjection(st.Planes[1 : len(st.Planes)-1])
-	em := RMSE(mp, st.Sharp)
-	med, p90 := DepthError(res.Index, st.Depth)
+	em := accuracy.RMSE16(mp, st.Sharp)
+	med, p90 := accuracy.DepthError(res.Index, st.Depth)
 	t.Logf("RMSE vs sharp truth: wavelet %.1f, variance %.1f, max projection %.1f counts; wavelet height map error median %.2f, p90 %.2f planes", ew, ev, em, med, p90)
 	if !(ew < ev) || !(ew < em) {
 		t.Errorf("wavelet RMSE %.1f not below variance %.1f and max projection %.1f", ew, ev, em)

@@ -364,14 +364,7 @@ func testNonRigid(t *testing.T, impl register.Backend) {
 
 func runCycles(t *testing.T, impl register.Backend, o synth.RegOptions, p register.Params, cycles []int, check func(int, *synth.RegCycleTruth, *register.Result, accuracy.MappingError)) {
 	ctx := context.Background()
-	sc, err := synth.NewRegScene(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, _, err := sc.RenderCycle(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc, ref := Scene(t, o)
 	R, err := register.NewReference(ctx, impl, ref[0], p)
 	if err != nil {
 		t.Fatal(err)
@@ -388,4 +381,35 @@ func runCycles(t *testing.T, impl register.Backend, o synth.RegOptions, p regist
 		_, final := accuracy.ScoreRegistration(sc, tr, res)
 		check(c, tr, res, final)
 	}
+}
+
+// Scene returns the registration scene of o (synth.NewRegScene) and its
+// reference, cycle 1, rendered (one image per channel); an error is fatal.
+func Scene(t testing.TB, o synth.RegOptions) (*synth.RegScene, []*raster.Gray16) {
+	t.Helper()
+	sc, err := synth.NewRegScene(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _, err := sc.RenderCycle(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc, ref
+}
+
+// Register registers mov to ref with impl under p, as the stage does
+// (register.NewReference, then register.Register); an error is fatal.
+func Register(t testing.TB, impl register.Backend, ref, mov *raster.Gray16, p register.Params) *register.Result {
+	t.Helper()
+	ctx := context.Background()
+	R, err := register.NewReference(ctx, impl, ref, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := register.Register(ctx, impl, R, mov, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

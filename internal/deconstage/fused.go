@@ -1,0 +1,228 @@
+package deconstage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// Fused is the stage fed plane by plane by the stitch stage in the same
+// process (internal/cyclestage, kintsugi-cycle) instead of reading
+// stitched/cycNN: the settings, checks, engine forms, rounding and outputs
+// of Run, byte for byte, with each channel's stitched planes handed in by
+// Put and its deconvolved planes handed on by Channel's out. On an engine
+// with the device-buffer form (PlaneEngine, a channel that does not stream)
+// the planes go straight to the device stack and the result stays there
+// until each plane comes back rounded; otherwise (the CPU, or a channel
+// whose iterates stream through pinned memory) they fill a host float32
+// stack, as Run's stack form.
+//
+// Use: NewFused (every check, the staging directory), Geometry (the
+// mosaic size, once known: the jobs and the memory plan), per channel Put
+// for every plane then Channel, then Commit; Abort on any failure (a no-op
+// after Commit). A channel's Put calls come from one goroutine; Channel of
+// one channel may run while the next channel's planes are Put (on another
+// goroutine), never two Channel calls at once.
+type Fused struct {
+	r      *cycleRun
+	stage  *staging.Dir
+	start  time.Time
+	planes bool // write the deconvolved planes (keep_intermediates)
+
+	done  int          // channels deconvolved
+	input []fusedInput // per channel, its planes handed in so far
+}
+
+// fusedInput is a channel's input being handed in: its device stack
+// (plane form) or its host stack (stack form); neither: not begun.
+type fusedInput struct {
+	dev decon.DeviceStack
+	st  *raster.Stack
+}
+
+// NewFused checks the settings (a bad one wraps ErrInput) and opens the
+// stage's staging directory; planes says whether the deconvolved planes are
+// written (false: only DECONV_parameters.txt and the sentinel, for
+// keep_intermediates: false).
+func NewFused(ctx context.Context, o Options, planes bool) (*Fused, error) {
+	r, err := newRun(o)
+	if err != nil {
+		return nil, err
+	}
+	stage, err := staging.NewContext(ctx, OutDir(r.cfg.ProjectDir, o.Cycle))
+	if err != nil {
+		return nil, err
+	}
+	r.stageDir = stage.Path
+	return &Fused{r: r, stage: stage, start: time.Now(), planes: planes, input: make([]fusedInput, len(r.jobs))}, nil
+}
+
+// Geometry makes every channel's job for n planes of h x w px and chooses
+// the memory plan (a budget below the smallest working set is a
+// *membudget.NeedError naming ConfigKeyMem).
+func (f *Fused) Geometry(ctx context.Context, n, h, w int) error {
+	r := f.r
+	for i, ch := range r.cfg.Channels {
+		err := r.newJob(ctx, i, ch, func() ([]string, int, int, int, error) { return nil, n, h, w, nil })
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := r.planMemory(); err != nil {
+		return err
+	}
+	r.res.Channels = make([]Channel, len(r.jobs))
+	r.lg.Info("deconvolving cycle (fused)", "cycle", r.o.Cycle, "channels", r.cfg.Channels, "engine", r.o.Engine.Name(),
+		"workers", r.workers, "psf_model", psfModel(r.cfg), "algorithm", r.cfg.Decon.Algorithm, "iterations", r.cfg.Decon.Iterations)
+	return nil
+}
+
+// Put hands in plane z (0-based) of channel index i (config order) of
+// h x w px, planes in any order. pg is only read.
+func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) error {
+	j, in := f.r.jobs[i], &f.input[i]
+	if pg.W != j.w || pg.H != j.h || z < 0 || z >= j.n {
+		return fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, pg.W, pg.H, j.n-1, j.w, j.h)
+	}
+	if in.dev == nil && in.st == nil {
+		if j.mode == modePlane {
+			d, err := f.r.pe.DeconDeviceStack(ctx, j.n, j.h, j.w)
+			if err != nil {
+				return fmt.Errorf("channel %d: %w", j.ch, algInput(err))
+			}
+			in.dev = d
+		} else {
+			in.st = raster.NewStack(j.n, j.h, j.w)
+		}
+	}
+	if in.dev != nil {
+		return in.dev.PutGray16(ctx, z, pg)
+	}
+	dst := in.st.Plane(z)
+	for k, v := range pg.Pix {
+		dst[k] = float32(v)
+	}
+	return nil
+}
+
+// Channel deconvolves channel index i from the planes Put and hands each
+// rounded plane z (0-based) to out (which must not keep it changed; it may
+// be called from several goroutines at once), after writing it when the
+// planes are kept.
+func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.Gray16) error) error {
+	r, j, in := f.r, f.r.jobs[i], f.input[i]
+	f.input[i] = fusedInput{}
+	if in.dev == nil && in.st == nil {
+		return fmt.Errorf("channel %d: no planes handed in", j.ch)
+	}
+	c := &r.res.Channels[i]
+	*c = Channel{Channel: j.ch, Planes: j.n, W: j.w, H: j.h, PSF: j.k.String(), Info: j.info}
+	chDir := filepath.Join(f.stage.Path, layout.ChannelDir(j.ch))
+	if err := os.MkdirAll(chDir, 0o777); err != nil {
+		return err
+	}
+	emit := func(z int, pg *raster.Gray16) error {
+		if f.planes {
+			if err := tiffio.WriteGray16(filepath.Join(chDir, layout.DeconPlane(z+1)), pg); err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+		}
+		return out(z, pg)
+	}
+	var err error
+	if in.dev != nil {
+		err = f.devChannel(ctx, j, in.dev, c, emit)
+	} else {
+		err = f.hostChannel(ctx, j, in.st, c, emit)
+	}
+	if err != nil {
+		return fmt.Errorf("channel %d: %w", j.ch, algInput(err))
+	}
+	f.done++
+	r.logChannel(*c)
+	return nil
+}
+
+// devChannel is Channel on the device-buffer form (runPlanes' path).
+func (f *Fused) devChannel(ctx context.Context, j *job, d decon.DeviceStack, c *Channel, emit func(int, *raster.Gray16) error) error {
+	t1 := time.Now()
+	res, s, err := f.r.pe.DeconvolveDeviceStack(ctx, d, j.k, j.p)
+	d.Free()
+	if err != nil {
+		return err
+	}
+	defer res.Free()
+	c.Stats = s
+	c.Seconds = time.Since(t1).Seconds()
+	t2 := time.Now()
+	err = par.ForEach(ctx, j.n, f.r.io, func(z int) error {
+		pg := raster.NewGray16(j.w, j.h)
+		if err := res.GetGray16(ctx, z, pg); err != nil {
+			return err
+		}
+		return emit(z, pg)
+	})
+	c.WriteSec = time.Since(t2).Seconds()
+	return err
+}
+
+// hostChannel is Channel on the host stack (runStack's path).
+func (f *Fused) hostChannel(ctx context.Context, j *job, st *raster.Stack, c *Channel, emit func(int, *raster.Gray16) error) error {
+	pages, err := f.r.runStack(ctx, j, input{st: st}, c)
+	if err != nil {
+		return err
+	}
+	t2 := time.Now()
+	err = par.ForEach(ctx, len(pages), f.r.workers, func(z int) error {
+		err := emit(z, pages[z])
+		pages[z] = nil
+		return err
+	})
+	c.WriteSec = time.Since(t2).Seconds()
+	return err
+}
+
+// Commit writes DECONV_parameters.txt and the sentinel and renames the
+// stage's directory into place.
+func (f *Fused) Commit() error {
+	if f.r.res == nil || f.done != len(f.r.jobs) {
+		return fmt.Errorf("decon: commit after %d of %d channels", f.done, len(f.r.jobs))
+	}
+	f.r.res.Seconds = time.Since(f.start).Seconds()
+	if err := f.r.finish(f.stage.Path); err != nil {
+		return err
+	}
+	if err := f.stage.Commit(); err != nil {
+		return err
+	}
+	f.r.lg.Info("cycle deconvolved", "cycle", f.r.o.Cycle, "dir", f.r.res.Dir, "seconds", fmt.Sprintf("%.1f", f.r.res.Seconds))
+	return nil
+}
+
+// Abort frees the device stacks still held and removes the staging
+// directory (nothing after Commit). No Put or Channel may be running.
+func (f *Fused) Abort() {
+	for i := range f.input {
+		if d := f.input[i].dev; d != nil {
+			d.Free()
+		}
+		f.input[i] = fusedInput{}
+	}
+	f.stage.Abort()
+}
+
+// Dir is the stage's staging directory: files written there are committed
+// with the stage.
+func (f *Fused) Dir() string { return f.stage.Path }
+
+// Result is the stage's outcome, complete after Commit.
+func (f *Fused) Result() *Result { return f.r.res }
