@@ -17,6 +17,14 @@
 // i of image j at [j*m+i]). Results are deterministic and independent of
 // the number of workers. The conformance suite every Fitter must pass is in
 // package basictest; Transform applies a profile.
+//
+// ProfileMode selects how a cycle's profiles are estimated: ModeCompatible
+// (BaSiC as above, the default) or ModeEnvelopeDarkfield (shared.go): the
+// darkfield measured from the darkest tiles at every pixel over all
+// z-planes of a channel (DarkEnvelope), then each plane's own flatfield
+// fitted by BaSiC with that darkfield known (FitWithDarkfield), through
+// any PlaneFitter (the stitch stage's engines), so the CPU and GPU run it
+// on the one conformance path.
 package basic
 
 import (

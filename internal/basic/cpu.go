@@ -115,27 +115,38 @@ func CheckStack(st *raster.Stack) error {
 // allocated when nil. Images are resized on up to workers goroutines
 // (0: runtime.NumCPU()).
 func ResizeToWorking(dst []float64, st *raster.Stack, size, workers int) []float64 {
+	return resizeImages(dst, st.N, st.H, st.W, size, workers, func(j int, _ []float32) []float32 { return st.Plane(j) })
+}
+
+// resizeImages resizes n images of h x w px, image j given by load(j, buf)
+// (buf is a worker's h x w scratch, which load may fill and return), into
+// dst as ResizeToWorking does.
+func resizeImages(dst []float64, n, h, w, size, workers int, load func(j int, buf []float32) []float32) []float64 {
 	m := size * size
 	if dst == nil {
-		dst = make([]float64, m*st.N)
+		dst = make([]float64, m*n)
 	}
-	if len(dst) != m*st.N {
-		panic(fmt.Sprintf("basic: ResizeToWorking: dst length %d, want %d", len(dst), m*st.N))
+	if len(dst) != m*n {
+		panic(fmt.Sprintf("basic: ResizeToWorking: dst length %d, want %d", len(dst), m*n))
 	}
 	if workers <= 0 {
 		workers = runtime.NumCPU()
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range max(1, min(workers, st.N)) {
+	for range max(1, min(workers, n)) {
 		wg.Go(func() {
-			r := newResizer(st.H, st.W, size, size)
+			r := newResizer(h, w, size, size)
+			var buf []float32
 			for {
 				j := int(next.Add(1)) - 1
-				if j >= st.N {
+				if j >= n {
 					return
 				}
-				resizePlane(r, dst[j*m:(j+1)*m], st.Plane(j))
+				if buf == nil {
+					buf = make([]float32, 0, h*w)
+				}
+				resizePlane(r, dst[j*m:(j+1)*m], load(j, buf[:h*w]))
 			}
 		})
 	}

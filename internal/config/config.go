@@ -116,12 +116,20 @@ type Stitching struct {
 	// accepted neighbour pairs (align.Params.Global) instead of the
 	// original's spanning tree alone.
 	GlobalRefinement bool `json:"global_refinement"`
+	// ProfileMode is how the illumination profiles are estimated:
+	// "compatible" (the original's BaSiC, basic.ModeCompatible) or
+	// "envelope_darkfield" (basic.ModeEnvelopeDarkfield); parse it with
+	// basic.ParseProfileMode.
+	ProfileMode string `json:"profile_mode"`
 }
 
 // DefaultStitching returns the stitching defaults: global refinement on
 // (README, Accuracy: it places every accepted pair within 0.5 px of its
-// NCC optimum and never did worse than the tree).
-func DefaultStitching() Stitching { return Stitching{GlobalRefinement: true} }
+// NCC optimum and never did worse than the tree) and the compatible
+// profile mode (the original's BaSiC).
+func DefaultStitching() Stitching {
+	return Stitching{GlobalRefinement: true, ProfileMode: "compatible"}
+}
 
 // Decon is the decon section (this project's keys; the original hard-codes
 // the same values in its deconvolve script). Defaults: DefaultDecon.

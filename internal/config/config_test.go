@@ -176,4 +176,15 @@ func TestStageDefaultsAndOverrides(t *testing.T) {
 	if _, err := Parse("c.yaml", []byte(base+"stitching: {global_refinement: maybe}\n")); err == nil || !strings.Contains(err.Error(), "stitching.global_refinement") {
 		t.Errorf("non-boolean stitching.global_refinement: err %v, want one naming the key", err)
 	}
+	// stitching.profile_mode: compatible by default, envelope_darkfield when
+	// asked, nothing else
+	if cfg, err = Parse("c.yaml", []byte(base)); err != nil || cfg.Stitching.ProfileMode != "compatible" {
+		t.Errorf("stitching.profile_mode default: %+v, %v; want compatible", cfg.Stitching, err)
+	}
+	if cfg, err = Parse("c.yaml", []byte(base+"stitching: {profile_mode: envelope_darkfield}\n")); err != nil || cfg.Stitching.ProfileMode != "envelope_darkfield" {
+		t.Errorf("stitching.profile_mode envelope_darkfield: %+v, %v", cfg.Stitching, err)
+	}
+	if _, err := Parse("c.yaml", []byte(base+"stitching: {profile_mode: cached}\n")); err == nil || !strings.Contains(err.Error(), "stitching.profile_mode") {
+		t.Errorf("unknown stitching.profile_mode: err %v, want one naming the key", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -24,6 +25,35 @@ type SynthCase struct {
 	Channel string // "dapi" (dense nuclei), "sparse" (marker on 10 % of cells), "dense" (marker on 90 %)
 	Edge    bool   // a straight tissue edge, 75 % of the mosaic on tissue
 	Seed    uint64
+	// Perturb draws, from the seed, options away from the generator's
+	// defaults (Perturbation): darkfield level, pattern amplitude, read
+	// noise, marker fraction, grid and tile shape, cell spacing, tissue
+	// cover, so that a method is not tuned to one sample.
+	Perturb bool
+	// NZ is the number of z-planes (0: 1); MakeSynthPlanes returns them all.
+	NZ int
+}
+
+// Perturbation is what Perturb changes, drawn from Seed.
+type Perturbation struct {
+	DarkBase, DarkAmp float64 // darkfield mean of channel 1 (200-1200 counts); gradient or pattern peak to peak (x 0.5-2)
+	ReadNoise         float64 // counts rms (2-10)
+	Fraction          float64 // marker fraction factor (x 0.5-1.1, at most 1)
+	Rows, Cols        int     // grid (4-6 x 5-7)
+	TileH, TileW      int     // tile size, px (200-280 x 280-360)
+	CellSpacing       float64 // cell spacing factor (x 0.8-1.25)
+	TissueCover       float64 // with Edge: 0.6-0.9
+}
+
+// Perturbation returns c's perturbation (meaningful when c.Perturb).
+func (c SynthCase) Perturbation() Perturbation {
+	r := rand.New(rand.NewPCG(c.Seed, 77))
+	u := func(lo, hi float64) float64 { return lo + (hi-lo)*r.Float64() }
+	return Perturbation{
+		DarkBase: u(200, 1200), DarkAmp: u(0.5, 2), ReadNoise: u(2, 10), Fraction: u(0.5, 1.1),
+		Rows: 4 + r.IntN(3), Cols: 5 + r.IntN(3), TileH: 200 + 8*r.IntN(11), TileW: 280 + 8*r.IntN(11),
+		CellSpacing: u(0.8, 1.25), TissueCover: u(0.6, 0.9),
+	}
 }
 
 func (c SynthCase) String() string {
@@ -31,12 +61,26 @@ func (c SynthCase) String() string {
 	if c.Edge {
 		e = "edge"
 	}
-	return fmt.Sprintf("%-8s %-6s %-4s s%d", c.Dark, c.Channel, e, c.Seed)
+	pt := ""
+	if c.Perturb {
+		pt = " p"
+	}
+	return fmt.Sprintf("%-8s %-6s %-4s s%d%s", c.Dark, c.Channel, e, c.Seed, pt)
 }
 
 // MakeSynth generates c under dir and returns the (n, y, x) stack in
-// counts/65535 and its truth (flatfield mean 1, darkfield counts/65535).
+// counts/65535 of its first z-plane and its truth (flatfield mean 1,
+// darkfield counts/65535).
 func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
+	tb.Helper()
+	sts, tr := MakeSynthPlanes(tb, dir, c)
+	return sts[0], tr
+}
+
+// MakeSynthPlanes generates c under dir and returns one (n, y, x) stack in
+// counts/65535 per z-plane (c.NZ of them; the generator's flatfield and
+// darkfield are the same for every z of a channel) and the truth.
+func MakeSynthPlanes(tb testing.TB, dir string, c SynthCase) ([]*raster.Stack, Truth) {
 	tb.Helper()
 	o, err := synth.Preset("example")
 	if err != nil {
@@ -45,7 +89,7 @@ func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
 	o.OutDir = dir
 	o.Seed = c.Seed
 	o.TileH, o.TileW = 240, 320
-	o.NZ, o.NCycles, o.NChannels = 1, 1, 2
+	o.NZ, o.NCycles, o.NChannels = max(1, c.NZ), 1, 2
 	o.BlankFirstCycle = false
 	o.WriteTruthScene = false
 	o.StageJitterPx = 1
@@ -74,28 +118,44 @@ func MakeSynth(tb testing.TB, dir string, c SynthCase) (*raster.Stack, Truth) {
 	if c.Edge {
 		o.TissueCover = 0.75
 	}
+	if c.Perturb {
+		pt := c.Perturbation()
+		o.DarkfieldBase, o.ReadNoise = pt.DarkBase, pt.ReadNoise
+		o.DarkfieldGradient *= pt.DarkAmp
+		o.DarkfieldVary *= pt.DarkAmp
+		o.MarkerFraction = min(1, o.MarkerFraction*pt.Fraction)
+		o.Rows, o.Cols, o.TileH, o.TileW = pt.Rows, pt.Cols, pt.TileH, pt.TileW
+		o.CellSpacingPx = max(4, o.CellSpacingPx*pt.CellSpacing)
+		if c.Edge {
+			o.TissueCover = pt.TissueCover
+		}
+	}
 	o.Logger = discardLogger
 	if err := synth.Generate(context.Background(), o); err != nil {
 		tb.Fatal(err)
 	}
 	n := o.Rows * o.Cols
-	st := raster.NewStack(n, o.TileH, o.TileW)
-	for k := range n {
-		g, err := tiffio.ReadGray16(filepath.Join(synth.RawDir(dir, 1), synth.RawName(k+1, 1, ch)))
-		if err != nil {
-			tb.Fatal(err)
+	sts := make([]*raster.Stack, o.NZ)
+	for z := range o.NZ {
+		st := raster.NewStack(n, o.TileH, o.TileW)
+		for k := range n {
+			g, err := tiffio.ReadGray16(filepath.Join(synth.RawDir(dir, 1), synth.RawName(k+1, z+1, ch)))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			pl := st.Plane(k)
+			for i, v := range g.Pix {
+				pl[i] = float32(v) / 65535
+			}
 		}
-		pl := st.Plane(k)
-		for i, v := range g.Pix {
-			pl[i] = float32(v) / 65535
-		}
+		sts[z] = st
 	}
 	flat, dark := o.Flatfield(ch), o.Darkfield(ch)
 	tr := Truth{Flat: make([]float64, len(flat.Pix)), Dark: make([]float64, len(dark.Pix))}
 	for i := range tr.Flat {
 		tr.Flat[i], tr.Dark[i] = float64(flat.Pix[i]), float64(dark.Pix[i])/65535
 	}
-	return st, tr
+	return sts, tr
 }
 
 // DarkRMS is the RMS darkfield error of prof against tr, counts.
@@ -131,7 +191,7 @@ func testDenseNuclei(t *testing.T, f basic.Fitter) {
 	if testing.Short() {
 		t.Skip("-short: generator stack")
 	}
-	st, tr := MakeSynth(t, t.TempDir(), SynthCase{"flat", "dapi", false, 1})
+	st, tr := MakeSynth(t, t.TempDir(), SynthCase{Dark: "flat", Channel: "dapi", Seed: 1})
 	p := basic.Production()
 	p.DarkfieldMethod = basic.DarkfieldDarkest
 	profs, err := f.Fit(context.Background(), []*raster.Stack{st}, p)
@@ -167,7 +227,7 @@ func testStall(t *testing.T, f basic.Fitter) {
 	if testing.Short() {
 		t.Skip("-short: generator stack")
 	}
-	st, _ := MakeSynth(t, t.TempDir(), SynthCase{"vary", "sparse", true, 1})
+	st, _ := MakeSynth(t, t.TempDir(), SynthCase{Dark: "vary", Channel: "sparse", Edge: true, Seed: 1})
 	p := basic.Production()
 	p.DarkfieldMethod = basic.DarkfieldOriginal
 	profs, err := f.Fit(context.Background(), []*raster.Stack{st}, p)
