@@ -217,6 +217,12 @@ type cycleRun struct {
 	// fallbacks counts planes whose flatfield came back uniform.
 	fallbacks int
 	w         *writer
+
+	// mode is stitching.profile_mode; with basic.ModeEnvelopeDarkfield
+	// darks holds each channel's darkfield (basic.ChannelDarkfield, from
+	// every z-plane of the channel; made at its first fit).
+	mode  basic.ProfileMode
+	darks map[int]basic.Darkfield
 }
 
 // newCycleRun discovers the cycle and checks the memory plan from the
@@ -242,10 +248,14 @@ func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
 
 	r.nPlanes = len(cyc.Channels) * len(cyc.Z)
 	r.bp = basicParams(cfg)
+	if r.mode, err = basic.ParseProfileMode(cfg.Stitching.ProfileMode); err != nil {
+		return nil, staging.Inputf("config %s: key stitching.profile_mode: %v", cfg.Path, err)
+	}
+	r.darks = map[int]basic.Darkfield{}
 	r.geom = geometry{Tiles: cyc.Tiles(), H: cyc.H, W: cyc.W, Workers: r.workers, WorkingDim: r.bp.WorkingSize}
 	r.geom.MosaicH, r.geom.MosaicW = nominalMosaic(cyc.Rows, cyc.H, cfg), nominalMosaic(cyc.Cols, cyc.W, cfg)
 	r.resident = membudget.RSS() // the engine is open: its context and libraries are in
-	r.mm = newMemModel(o.Engine, r.geom, r.resident, r.budget(), o.MemBudgetSource)
+	r.mm = r.memModel()
 	if _, err := r.mm.choose(min(r.batch, r.nPlanes)); err != nil {
 		return nil, err
 	}
@@ -266,9 +276,33 @@ func (r *cycleRun) budget() int64 {
 	return max(1, b-r.o.Sink.Reserve(r.geom.MosaicH, r.geom.MosaicW, len(r.cyc.Z)))
 }
 
+// memModel is the memory model at the current geometry: with the envelope
+// darkfield a fit also holds a darkfield-subtracted copy of each plane's
+// raw tiles (basic.FitWithDarkfield).
+func (r *cycleRun) memModel() memModel {
+	mm := newMemModel(r.o.Engine, r.geom, r.resident, r.budget(), r.o.MemBudgetSource)
+	if r.mode == basic.ModeEnvelopeDarkfield {
+		mm.e.Fit += mm.raw
+	}
+	return mm
+}
+
 // fit fits planes (ids name them) and refits those the darkest-image rule
-// did not converge on (refitUniform).
+// did not converge on (refitUniform); with the envelope darkfield
+// (stitching.profile_mode) each plane's flatfield is fitted with its
+// channel's darkfield known instead (no refit: that rule is not used).
 func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, ids []plane) ([]basic.Profile, error) {
+	if r.mode == basic.ModeEnvelopeDarkfield {
+		darks := make([]basic.Darkfield, len(ids))
+		for i, id := range ids {
+			d, err := r.darkfield(ctx, id.ch)
+			if err != nil {
+				return nil, err
+			}
+			darks[i] = d
+		}
+		return basic.FitWithDarkfield(ctx, r.o.Engine, planes, darks, r.bp)
+	}
 	profs, err := r.o.Engine.Fit(ctx, planes, r.bp)
 	if err != nil {
 		return nil, err
@@ -276,6 +310,31 @@ func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, ids []pla
 	n, err := refitUniform(ctx, r.o.Engine, planes, ids, profs, r.bp, r.lg)
 	r.refits += n
 	return profs, err
+}
+
+// darkfield is channel ch's envelope darkfield (basic.ChannelDarkfield
+// over every z-plane of the channel, its raw tiles read once more), made
+// at the channel's first fit.
+func (r *cycleRun) darkfield(ctx context.Context, ch int) (basic.Darkfield, error) {
+	if d, ok := r.darks[ch]; ok {
+		return d, nil
+	}
+	t0 := time.Now()
+	cyc := r.cyc
+	d, err := basic.ChannelDarkfield(ctx, len(cyc.Z), cyc.H, cyc.W, r.bp, r.workers, func(ctx context.Context, i int) ([]*raster.Gray16, error) {
+		return cyc.ReadPlane(ctx, cyc.Z[i], ch, r.workers)
+	})
+	if err != nil {
+		return d, fmt.Errorf("cycle %d CH%d: envelope darkfield: %w", r.o.Cycle, ch, err)
+	}
+	var sum float64
+	for _, v := range d.Full {
+		sum += float64(v)
+	}
+	r.lg.Info("envelope darkfield", "cycle", r.o.Cycle, "channel", ch, "planes", len(cyc.Z),
+		"mean_counts", fmt.Sprintf("%.1f", sum/float64(max(1, len(d.Full)))*65535), "seconds", f2(since(t0)))
+	r.darks[ch] = d
+	return d, nil
 }
 
 // gc collects garbage now under a budget: a collection of this mostly
@@ -326,7 +385,7 @@ func (r *cycleRun) alignReference(ctx context.Context, dir string) error {
 func (r *cycleRun) planPipeline() (memPlan, error) {
 	o, geom := r.o, &r.geom
 	geom.MosaicH, geom.MosaicW = mosaicSize(r.pos, r.cyc.H, r.cyc.W)
-	r.mm = newMemModel(o.Engine, *geom, r.resident, r.budget(), o.MemBudgetSource)
+	r.mm = r.memModel()
 	mm := r.mm
 	mp, err := mm.choose(min(r.batch, r.nPlanes))
 	if err != nil {
@@ -646,7 +705,7 @@ func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm
 	for i, c := range cyc.Channels {
 		chs[i] = fmt.Sprint(c)
 	}
-	return staging.WriteSentinel(path, [][2]string{
+	kv := [][2]string{
 		{"stage", "stitch"},
 		{"cycle", fmt.Sprint(o.Cycle)},
 		{"completed", time.Now().UTC().Format(time.RFC3339)},
@@ -658,7 +717,11 @@ func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm
 		{"workers", fmt.Sprint(o.Workers)},
 		{"basic_refits", fmt.Sprint(refits)},
 		{"basic_uniform_fallbacks", fmt.Sprint(fallbacks)},
-	})
+	}
+	if mode := o.Config.Stitching.ProfileMode; mode != "" && mode != basic.ProfileModeNames[basic.ModeCompatible] {
+		kv = append(kv, [2]string{"profile_mode", mode})
+	}
+	return staging.WriteSentinel(path, kv)
 }
 
 var errWriterFailed = errors.New("output writer failed")
