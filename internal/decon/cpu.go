@@ -43,7 +43,7 @@ func (CPU) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p Pa
 // boundary), windowed by p's budget, and returns the last iterate (not yet
 // |.|). It fills st's iteration fields.
 func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st *Stats, workers int) (*raster.Stack, error) {
-	halo := Halo(k, p.Damping)
+	halo := p.HaloRows(k)
 	arrays := 6
 	if p.Biggs() {
 		arrays = 9
@@ -67,7 +67,7 @@ func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st
 	_ = n
 	stop := Stopper{Criterion: p.StopCriterion, IgnoreGrowth: p.Biggs()}
 	var alpha float64
-	var ws winScratch
+	ws := winScratch{tvEps2: TVEps2(st.RawMax)}
 	for it := 0; it < p.Iterations; it++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -101,7 +101,8 @@ func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st
 
 // winScratch holds a window's local arrays between iterations.
 type winScratch struct {
-	obs, y, a, b, cur []float32
+	obs, y, a, b, cur, tv []float32
+	tvEps2               float32 // ε² of the TV term (TVEps2)
 }
 
 func grow(s []float32, n int) []float32 {
@@ -146,7 +147,23 @@ func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window
 		ws.b[i] = ws.obs[i] / v
 	}
 	Conv(vol(ws.a), vol(ws.b), kf, workers)
-	if p.Damping > 0 {
+	if lam := p.TVWeight(); lam > 0 {
+		// a = a·y / (1 - λ·div(∇y/|∇y|)), then damped as RL
+		ws.tv = grow(ws.tv, m)
+		TVFactor(vol(ws.tv), vol(ws.y), float32(lam), ws.tvEps2, workers)
+		if p.Damping > 0 {
+			Conv(vol(ws.b), vol(ws.y), DampingKernel(), workers)
+		}
+		l := float32(p.Damping)
+		for i := range ws.a {
+			u := ws.a[i] * ws.y[i]
+			u = u / ws.tv[i]
+			if p.Damping > 0 {
+				u = (1-l)*u + l*ws.b[i]
+			}
+			ws.a[i] = u
+		}
+	} else if p.Damping > 0 {
 		Conv(vol(ws.b), vol(ws.y), DampingKernel(), workers)
 		l := float32(p.Damping)
 		for i := range ws.a {
@@ -246,5 +263,69 @@ func Conv(dst, src *raster.Stack, k *psf.Kernel, workers int) {
 		next <- r
 	}
 	close(next)
+	wg.Wait()
+}
+
+// TVEps2 returns ε² of the TV term for an input whose maximum is rawMax
+// counts: (TVEps·rawMax)², float32.
+func TVEps2(rawMax float64) float32 {
+	e := float32(TVEps * rawMax)
+	return e * e
+}
+
+// TVFactor writes dst = 1 - λ·div(∇u/|∇u|_ε) of each plane of u (the
+// denominator of Dey et al.'s RL-TV update, in two dimensions: planes are
+// regularised independently, as a one-plane PSF deconvolves them).
+// ∇u is the forward difference along x and y, 0 at the plane's last
+// column/row (Neumann); |∇u|_ε = sqrt(dx² + dy² + eps2); div is the
+// backward difference of the normalised gradient n = ∇u/|∇u|_ε, with n = 0
+// before the first column/row. float32, in the order written in the loop
+// (the GPU kernel decon_tv computes the same expressions).
+func TVFactor(dst, u *raster.Stack, lambda, eps2 float32, workers int) {
+	nz, ny, nx := u.N, u.H, u.W
+	// n(y, x) of plane pl
+	norm := func(pl []float32, y, x int) (float32, float32) {
+		c := pl[y*nx+x]
+		var dx, dy float32
+		if x+1 < nx {
+			dx = pl[y*nx+x+1] - c
+		}
+		if y+1 < ny {
+			dy = pl[(y+1)*nx+x] - c
+		}
+		s := dx * dx
+		s = s + dy*dy
+		s = s + eps2
+		m := float32(math.Sqrt(float64(s)))
+		return dx / m, dy / m
+	}
+	rows := nz * ny
+	var wg sync.WaitGroup
+	workers = max(1, min(workers, rows))
+	for wkr := 0; wkr < workers; wkr++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for row := wkr; row < rows; row += workers {
+				z, y := row/ny, row%ny
+				pl := u.Pix[z*ny*nx : (z+1)*ny*nx]
+				out := dst.Pix[row*nx : (row+1)*nx]
+				for x := 0; x < nx; x++ {
+					gx, gy := norm(pl, y, x)
+					var lx, uy float32
+					if x > 0 {
+						lx, _ = norm(pl, y, x-1)
+					}
+					if y > 0 {
+						_, uy = norm(pl, y-1, x)
+					}
+					d := gx - lx
+					d = d + gy
+					d = d - uy
+					out[x] = 1 - lambda*d
+				}
+			}
+		}()
+	}
 	wg.Wait()
 }

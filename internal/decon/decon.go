@@ -54,18 +54,36 @@ import (
 const (
 	RichardsonLucy = "richardson_lucy"
 	BiggsAndrews   = "biggs_andrews"
+	// RichardsonLucyTV is Richardson-Lucy with total-variation
+	// regularisation (Dey et al. 2006; see TVFactor).
+	RichardsonLucyTV = "richardson_lucy_tv"
 )
+
+// DefaultTV is λ_TV of RichardsonLucyTV when Params.TV is 0 (dimensionless:
+// the TV term div(∇u/|∇u|) does not depend on the intensity scale).
+const DefaultTV = 0.002
+
+// MaxTV bounds λ_TV: |div(∇u/|∇u|)| <= 2·√2 in two dimensions, so the TV
+// factor 1 - λ·div stays >= 1 - 0.2·2·√2 > 0.43 and the update positive.
+const MaxTV = 0.2
+
+// TVEps is ε of the TV term's |∇u|_ε = sqrt(|∇u|² + ε²), relative to the
+// input's maximum (raw_max): it only keeps 0/0 out of flat regions.
+const TVEps = 1e-4
 
 // Eps is MATLAB's eps('single'), the floor of the RL denominator.
 const Eps = float32(1.1920929e-07)
 
 // Params are the settings of one deconvolution.
 type Params struct {
-	Algorithm     string  // RichardsonLucy (default when "") or BiggsAndrews
+	Algorithm     string  // RichardsonLucy (default when ""), BiggsAndrews or RichardsonLucyTV
 	Iterations    int     // maximum iterations, >= 1
 	StopCriterion float64 // percent; the loop stops when delta_rel <= it (negative: never)
 	Damping       float64 // λ in [0, 1]
 	HistClip      float64 // percent clipped at each end, [0, 50)
+	// TV is λ_TV of RichardsonLucyTV, [0, MaxTV]; 0 = DefaultTV. Other
+	// algorithms ignore it (TVWeight returns 0 for them).
+	TV float64
 	// NoScale returns |RL| cropped, without the percentile clip and rescale
 	// (for tests and the accuracy report).
 	NoScale bool
@@ -83,9 +101,12 @@ type Params struct {
 // Validate checks the parameters.
 func (p Params) Validate() error {
 	switch p.Algorithm {
-	case "", RichardsonLucy, BiggsAndrews:
+	case "", RichardsonLucy, BiggsAndrews, RichardsonLucyTV:
 	default:
-		return fmt.Errorf("decon: algorithm %q: want %s or %s", p.Algorithm, RichardsonLucy, BiggsAndrews)
+		return fmt.Errorf("decon: algorithm %q: want %s, %s or %s", p.Algorithm, RichardsonLucy, BiggsAndrews, RichardsonLucyTV)
+	}
+	if !(p.TV >= 0 && p.TV <= MaxTV) {
+		return fmt.Errorf("decon: tv_lambda %g: want [0, %g]", p.TV, MaxTV)
 	}
 	if p.Iterations < 1 {
 		return fmt.Errorf("decon: iterations %d: want >= 1", p.Iterations)
@@ -107,6 +128,28 @@ func (p Params) Validate() error {
 
 // Biggs reports whether p selects the accelerated variant.
 func (p Params) Biggs() bool { return p.Algorithm == BiggsAndrews }
+
+// TVWeight returns λ_TV of the run: p.TV (DefaultTV when 0) for
+// RichardsonLucyTV, 0 for the other algorithms.
+func (p Params) TVWeight() float64 {
+	if p.Algorithm != RichardsonLucyTV {
+		return 0
+	}
+	if p.TV == 0 {
+		return DefaultTV
+	}
+	return p.TV
+}
+
+// HaloRows is Halo for p: the TV term, like the damping kernel, reads the
+// neighbouring rows of the iterate (one row each side).
+func (p Params) HaloRows(k *psf.Kernel) int {
+	h := Halo(k, p.Damping)
+	if p.TVWeight() > 0 {
+		h = max(h, 1)
+	}
+	return h
+}
 
 // Stats describe a run.
 type Stats struct {
