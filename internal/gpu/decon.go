@@ -280,6 +280,7 @@ type deconCommon struct {
 	pn, bn, ph, pw int // planes computed, padding planes before them, padded rows and width
 	biggs          bool
 	wins           []decon.Window
+	tv, tvEps2     float32 // RL-TV: λ_TV (0: no TV term) and ε² (decon.TVEps2 of the input's maximum)
 
 	cvs                   *deconConvs
 	R                     *psf.Kernel  // the damping kernel
@@ -288,7 +289,7 @@ type deconCommon struct {
 
 func newDeconCommon(e *Engine, k *psf.Kernel, p decon.Params, pl deconPlan) deconCommon {
 	return deconCommon{e: e, k: k, p: p, pl: pl, g: pl.g, pn: pl.pn, bn: pl.bn, ph: pl.g.PH, pw: pl.g.PW,
-		biggs: p.Biggs(), wins: decon.PlanWindows(pl.g.PH, pl.rows, pl.halo)}
+		biggs: p.Biggs(), wins: decon.PlanWindows(pl.g.PH, pl.rows, pl.halo), tv: float32(p.TVWeight())}
 }
 
 // uploadConsts allocates in ar and uploads the PSF, its flip, the damping
@@ -335,6 +336,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 	}
 
 	r := &deconResident{deconCommon: newDeconCommon(e, k, p, pl)}
+	r.tvEps2 = decon.TVEps2(st.RawMax)
 	st.Chunks = len(r.wins)
 	if err := r.allocate(&ar, in); err != nil {
 		return nil, st, err
@@ -485,8 +487,10 @@ func (r *deconResident) window(it int, wn decon.Window, alpha float64) {
 		e.launchDeconPredict(grid1(lm), y, c, xp, float32(alpha), lm)
 	}
 	cvs.conv(false, b, y, pn, wh, pw, 1, o, 0, 0)
-	fused := single && !biggs && p.Damping == 0 && deconFixed(k) && cvs.fft == nil
+	fused := single && !biggs && p.Damping == 0 && r.tv == 0 && deconFixed(k) && cvs.fft == nil
 	switch {
+	case r.tv > 0:
+		r.tvUpdate(a, b, y, pn, wh, pw)
 	case p.Damping > 0:
 		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
 		cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
@@ -509,6 +513,21 @@ func (r *deconResident) window(it int, wn decon.Window, alpha float64) {
 		core := int64(pn) * int64(wn.Core1-wn.Core0) * int64(pw)
 		e.launchDeconRows(grid1(core), r.xnew, a, pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, 1)
 	}
+}
+
+// tvUpdate is the RL-TV update of a window (pn, wh, pw): a = conv(b,
+// flip k)·y / (1 - λ·div(∇y/|∇y|)), damped as RL when p.Damping > 0
+// (decon.CPU's order of operations; b is overwritten by conv(y, R)).
+func (c *deconCommon) tvUpdate(a, b, y cu.DevicePtr, pn, wh, pw int) {
+	e, p := c.e, c.p
+	lm := int64(pn) * int64(wh) * int64(pw)
+	c.cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
+	damp, oml, lam := 0, float32(1)-float32(p.Damping), float32(p.Damping)
+	if p.Damping > 0 {
+		damp = 1
+		e.deconConv(b, y, c.rd, c.R, pn, wh, pw, 0, 0, 0, 0)
+	}
+	e.launchDeconTv(grid1(lm), a, y, b, pn, wh, pw, c.tv, c.tvEps2, damp, oml, lam)
 }
 
 // deconPercentiles returns numpy's percentiles qs of |x| over the cropped

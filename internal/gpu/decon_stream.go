@@ -69,9 +69,10 @@ const deconSlack = 64 << 10
 // the FFT buffers. Neither fitting is an ErrOutOfMemory naming the sizes.
 func (e *Engine) deconMakePlan(n, h, w int, k *psf.Kernel, p decon.Params, inOnDevice bool) (deconPlan, error) {
 	g := decon.NewGeometry(n, h, w, k)
-	pl := deconPlan{g: g, halo: decon.Halo(k, p.Damping), fft: deconUseFFT(k)}
+	pl := deconPlan{g: g, halo: p.HaloRows(k), fft: deconUseFFT(k)}
 	// Planes computed: all padded planes, or only the real ones weighted by
-	// their multiplicity when the PSF is one plane deep and undamped.
+	// their multiplicity when the PSF is one plane deep and undamped (the
+	// TV term of RL-TV is per plane, so it keeps the planes independent).
 	pl.pn, pl.bn = g.PN, g.BN
 	pl.w = make([]float64, g.PN)
 	if k.NZ == 1 && p.Damping == 0 {
@@ -222,6 +223,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 		return nil, nil, st, err
 	}
 	d := &deconStream{deconCommon: newDeconCommon(e, k, p, pl)}
+	d.tvEps2 = decon.TVEps2(st.RawMax)
 	defer d.freeHost()
 	d.pinHost()
 	phase("pin")
@@ -517,7 +519,9 @@ func (d *deconStream) updateSlab(i, it int, alpha float64) {
 		e.launchDeconPredict(grid1(lm), y, s.c, s.xp, float32(alpha), lm)
 	}
 	d.cvs.conv(false, s.b, y, pn, wh, pw, 1, s.o, 0, 0)
-	if p.Damping > 0 {
+	if d.tv > 0 {
+		d.tvUpdate(s.a, s.b, y, pn, wh, pw)
+	} else if p.Damping > 0 {
 		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
 		d.cvs.conv(true, s.a, s.b, pn, wh, pw, 0, 0, 0, 0)
 		e.deconConv(s.b, y, d.rd, d.R, pn, wh, pw, 0, 0, 0, 0)

@@ -275,6 +275,62 @@ extern "C" __global__ void decon_damp(float* a, const float* y, const float* b, 
     }
 }
 
+// tv_norm: the normalised gradient n = grad u / sqrt(|grad u|^2 + eps2) at
+// (y, x) of one plane (ny, nx) of u: forward differences, 0 at the last
+// column/row (decon.TVFactor's norm, the same float32 expressions).
+__device__ __forceinline__ void tv_norm(const float* pl, int y, int x, int ny, int nx, float eps2, float* gx, float* gy)
+{
+    float c = pl[(i64)y * nx + x];
+    float dx = 0.0f, dy = 0.0f;
+    if (x + 1 < nx)
+        dx = pl[(i64)y * nx + x + 1] - c;
+    if (y + 1 < ny)
+        dy = pl[(i64)(y + 1) * nx + x] - c;
+    float s = dx * dx;
+    s = s + dy * dy;
+    s = s + eps2;
+    float m = sqrtf(s);
+    *gx = dx / m;
+    *gy = dy / m;
+}
+
+// decon_tv: the RL-TV update of Dey et al. on a window (nz, ny, nx):
+// a = a*y / (1 - lambda*div(grad y/|grad y|)) per plane (decon.TVFactor),
+// then, when damp, a = oml*a + l*b (b = conv(y, R)). a holds conv(obs /
+// conv(y, k), flip k) on entry.
+extern "C" __global__ void decon_tv(float* a, const float* y, const float* b, int nz, int ny, int nx, float lambda, float eps2,
+    int damp, float oml, float l)
+{
+    i64 total = (i64)nz * ny * nx;
+    GRID_STRIDE(i, total)
+    {
+        int x = (int)(i % nx);
+        i64 r = i / nx;
+        int yy = (int)(r % ny);
+        int z = (int)(r / ny);
+        const float* pl = y + (i64)z * ny * nx;
+        float gx, gy, lx = 0.0f, uy = 0.0f, t;
+        tv_norm(pl, yy, x, ny, nx, eps2, &gx, &gy);
+        if (x > 0)
+            tv_norm(pl, yy, x - 1, ny, nx, eps2, &lx, &t);
+        if (yy > 0)
+            tv_norm(pl, yy - 1, x, ny, nx, eps2, &t, &uy);
+        float d = gx - lx;
+        d = d + gy;
+        d = d - uy;
+        float q = lambda * d;
+        float den = 1.0f - q;
+        float u = a[i] * y[i];
+        u = u / den;
+        if (damp) {
+            float v = oml * u;
+            float w = l * b[i];
+            u = v + w;
+        }
+        a[i] = u;
+    }
+}
+
 // decon_predict: y = max(x + alpha*(x - xp), 0) (Biggs-Andrews prediction).
 extern "C" __global__ void decon_predict(float* y, const float* x, const float* xp, float alpha, i64 n)
 {
