@@ -125,11 +125,12 @@ func DefaultStitching() Stitching { return Stitching{GlobalRefinement: true} }
 // the same values in its deconvolve script). Defaults: DefaultDecon.
 type Decon struct {
 	PSFModel       string  `json:"psf_model"`        // "lightsheet" (the original's) or "widefield"
-	Algorithm      string  `json:"algorithm"`        // "richardson_lucy" (the original's) or "biggs_andrews"
+	Algorithm      string  `json:"algorithm"`        // "richardson_lucy" (the original's), "biggs_andrews" or "richardson_lucy_tv"
 	Iterations     int     `json:"iterations"`       // maximum iterations
 	StopCriterion  float64 `json:"stop_criterion"`   // percent
 	Damping        float64 `json:"damping"`          // lambda in [0, 1]
 	HistClip       float64 `json:"hist_clip"`        // percent clipped at each end
+	TVLambda       float64 `json:"tv_lambda"`        // λ_TV of richardson_lucy_tv, [0, 0.2]; 0 = 0.002 (decon.DefaultTV)
 	SlitAperture   float64 `json:"slit_aperture"`    // mm
 	FCyl           float64 `json:"f_cyl"`            // mm
 	MemoryBudgetMB int     `json:"memory_budget_mb"` // GPU memory the whole run may use, MB (larger stacks stream through the card in y-slabs); 0 = free memory less a margin

@@ -1,7 +1,8 @@
 // Package decon is the deconvolution stage's algorithm: the original's
-// Richardson-Lucy (KINTSUGI Kdecon, a port of LsDeconv) and its
-// Biggs-Andrews accelerated variant, behind one interface with a CPU
-// reference here and a CUDA implementation in internal/gpu.
+// Richardson-Lucy (KINTSUGI Kdecon, a port of LsDeconv), its
+// Biggs-Andrews accelerated variant and Richardson-Lucy with total
+// variation, behind one interface with a CPU reference here and a CUDA
+// implementation in internal/gpu.
 //
 // Data: a raster.Stack (z, y, x), x fastest, in detector counts (float32);
 // a psf.Kernel (z, y, x), odd sizes, sum 1.
@@ -32,6 +33,13 @@
 // α = Σ G_{k-1}·G_{k-2} / Σ G_{k-2}², clamped to [0, 1], G_j = X_{j+1} - Y_j;
 // the stop rule uses delta = ||X_k - X_{k+1}|| and ignores iterations whose
 // step grew (delta_rel < 0, see Stopper).
+//
+// RL-TV (Dey et al. 2006, "Richardson-Lucy algorithm with total variation
+// regularization for 3D confocal microscope deconvolution"): the RL update
+// divided by 1 - λ·div(∇d/|∇d|) of the current iterate (TVFactor), per
+// plane (two-dimensional: planes are regularised independently, so a
+// one-plane PSF still deconvolves them independently), then damped as RL;
+// the stop rule is RL's. λ = Params.TV (DefaultTV, Dey et al.'s 0.002).
 //
 // Chunking: the padded stack is split along y into windows; every
 // iteration each window is updated from the previous iterate with a halo of
