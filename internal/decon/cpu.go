@@ -102,7 +102,7 @@ func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st
 // winScratch holds a window's local arrays between iterations.
 type winScratch struct {
 	obs, y, a, b, cur, tv []float32
-	tvEps2               float32 // ε² of the TV term (TVEps2)
+	tvEps2                float32 // ε² of the TV term (TVEps2)
 }
 
 func grow(s []float32, n int) []float32 {
