@@ -130,7 +130,7 @@ type Decon struct {
 	StopCriterion  float64 `json:"stop_criterion"`   // percent
 	Damping        float64 `json:"damping"`          // lambda in [0, 1]
 	HistClip       float64 `json:"hist_clip"`        // percent clipped at each end
-	TVLambda       float64 `json:"tv_lambda"`        // λ_TV of richardson_lucy_tv, [0, 0.2]; 0 = 0.002 (decon.DefaultTV)
+	TVLambda       float64 `json:"tv_lambda"`        // λ_TV of richardson_lucy_tv, [0, 0.2]; 0 = 0.002 (decon.DefaultTV); an error with another algorithm
 	SlitAperture   float64 `json:"slit_aperture"`    // mm
 	FCyl           float64 `json:"f_cyl"`            // mm
 	MemoryBudgetMB int     `json:"memory_budget_mb"` // GPU memory the whole run may use, MB (larger stacks stream through the card in y-slabs); 0 = free memory less a margin

@@ -89,8 +89,8 @@ type Params struct {
 	StopCriterion float64 // percent; the loop stops when delta_rel <= it (negative: never)
 	Damping       float64 // λ in [0, 1]
 	HistClip      float64 // percent clipped at each end, [0, 50)
-	// TV is λ_TV of RichardsonLucyTV, [0, MaxTV]; 0 = DefaultTV. Other
-	// algorithms ignore it (TVWeight returns 0 for them).
+	// TV is λ_TV of RichardsonLucyTV, [0, MaxTV]; 0 = DefaultTV. Set
+	// with another algorithm it is an error (Validate).
 	TV float64
 	// NoScale returns |RL| cropped, without the percentile clip and rescale
 	// (for tests and the accuracy report).
@@ -115,6 +115,9 @@ func (p Params) Validate() error {
 	}
 	if !(p.TV >= 0 && p.TV <= MaxTV) {
 		return fmt.Errorf("decon: tv_lambda %g: want [0, %g]", p.TV, MaxTV)
+	}
+	if p.TV != 0 && p.Algorithm != RichardsonLucyTV {
+		return fmt.Errorf("decon: tv_lambda %g is set but the algorithm is %q: tv_lambda needs %s", p.TV, p.Algorithm, RichardsonLucyTV)
 	}
 	if p.Iterations < 1 {
 		return fmt.Errorf("decon: iterations %d: want >= 1", p.Iterations)

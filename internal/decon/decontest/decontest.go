@@ -496,6 +496,7 @@ func testBad(t *testing.T, impl decon.Deconvolver) {
 		"stop":       func(p *decon.Params) { p.StopCriterion = math.NaN() },
 		"tv_lambda":  func(p *decon.Params) { p.Algorithm, p.TV = decon.RichardsonLucyTV, 0.5 },
 		"tv_neg":     func(p *decon.Params) { p.Algorithm, p.TV = decon.RichardsonLucyTV, -0.01 },
+		"tv_rl":      func(p *decon.Params) { p.TV = 0.002 },
 	} {
 		p := good
 		mut(&p)
