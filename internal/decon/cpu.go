@@ -31,7 +31,7 @@ func (CPU) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p Pa
 	g := NewGeometry(in.N, in.H, in.W, k)
 	st := Stats{RawMax: RawMax(in.Pix), Padded: [3]int{g.PN, g.PH, g.PW}}
 	obs := Pad(in, g)
-	d, err := Iterate(ctx, obs, k, p, &st, workers)
+	d, err := Iterate(ctx, obs, g.ObservedBox(), k, p, &st, workers)
 	if err != nil {
 		return nil, st, err
 	}
@@ -39,10 +39,13 @@ func (CPU) Deconvolve(ctx context.Context, in *raster.Stack, k *psf.Kernel, p Pa
 	return Finish(obs.Pix, d, g, p, &st), st, nil
 }
 
-// Iterate runs RL or Biggs-Andrews on the padded observation obs (zero
-// boundary), windowed by p's budget, and returns the last iterate (not yet
-// |.|). It fills st's iteration fields.
-func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st *Stats, workers int) (*raster.Stack, error) {
+// Iterate runs RL, Biggs-Andrews or RL-TV on the padded observation obs
+// (zero boundary), windowed by p's budget, and returns the last iterate
+// (not yet |.|). It fills st's iteration fields. box is the observed
+// region inside obs: with BoundaryFree, obs is set to 0 outside it (the
+// iterate starts from obs as it came), the correction is divided by
+// FreeAlpha and the stop rule's delta is summed over the box only.
+func Iterate(ctx context.Context, obs *raster.Stack, box Box, k *psf.Kernel, p Params, st *Stats, workers int) (*raster.Stack, error) {
 	halo := p.HaloRows(k)
 	arrays := 6
 	if p.Biggs() {
@@ -57,6 +60,12 @@ func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st
 	kf := k.Flipped()
 	n := len(obs.Pix)
 	x := &raster.Stack{N: obs.N, H: obs.H, W: obs.W, Pix: append([]float32(nil), obs.Pix...)}
+	var fa *FreeAlpha
+	if p.Free() {
+		// start from the mirrored stack, fit the observed voxels only
+		fa = NewFreeAlpha(k, box)
+		ZeroOutside(obs, box)
+	}
 	xnew := raster.NewStack(obs.N, obs.H, obs.W)
 	var xprev, g, gprev *raster.Stack
 	if p.Biggs() {
@@ -74,7 +83,7 @@ func Iterate(ctx context.Context, obs *raster.Stack, k *psf.Kernel, p Params, st
 		}
 		var sums [3]float64 // delta², G·Gprev, Gprev²
 		for _, w := range wins {
-			s := ws.step(obs, x, xprev, xnew, g, gprev, w, k, kf, p, alpha, it, workers)
+			s := ws.step(obs, x, xprev, xnew, g, gprev, w, k, kf, fa, p, alpha, it, workers)
 			for i := range sums {
 				sums[i] += s[i]
 			}
@@ -114,8 +123,9 @@ func grow(s []float32, n int) []float32 {
 
 // step updates window w: reads x (and xprev for Biggs) over Lo..Hi, writes
 // the core rows of the new iterate into xnew (and G into g), and returns the
-// core sums Σ(x-xnew)², Σ G·Gprev, Σ Gprev².
-func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window, k, kf *psf.Kernel, p Params, alpha float64, it, workers int) [3]float64 {
+// core sums Σ(x-xnew)² (over fa's box when fa != nil: BoundaryFree), Σ
+// G·Gprev, Σ Gprev².
+func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window, k, kf *psf.Kernel, fa *FreeAlpha, p Params, alpha float64, it, workers int) [3]float64 {
 	nz, nx := obs.N, obs.W
 	wh := w.Hi - w.Lo
 	m := nz * wh * nx
@@ -147,6 +157,16 @@ func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window
 		ws.b[i] = ws.obs[i] / v
 	}
 	Conv(vol(ws.a), vol(ws.b), kf, workers)
+	if fa != nil {
+		for z := 0; z < nz; z++ {
+			for r := 0; r < wh; r++ {
+				row := ws.a[(z*wh+r)*nx:][:nx]
+				for i := range row {
+					row[i] = FreeCorrect(row[i], fa.At(z, w.Lo+r, i))
+				}
+			}
+		}
+	}
 	if lam := p.TVWeight(); lam > 0 {
 		// a = a·y / (1 - λ·div(∇y/|∇y|)), then damped as RL
 		ws.tv = grow(ws.tv, m)
@@ -180,7 +200,11 @@ func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window
 			lo := (z*wh + r - w.Lo) * nx
 			gl := (z*obs.H + r) * nx
 			copy(xnew.Pix[gl:gl+nx], ws.a[lo:lo+nx])
-			for i := 0; i < nx; i++ {
+			in := fa == nil || (z >= fa.Box.Z0 && z < fa.Box.Z1 && r >= fa.Box.Y0 && r < fa.Box.Y1)
+			for i := 0; in && i < nx; i++ {
+				if fa != nil && (i < fa.Box.X0 || i >= fa.Box.X1) {
+					continue
+				}
 				dd := float64(ws.cur[lo+i]) - float64(ws.a[lo+i])
 				sums[0] += dd * dd
 			}
