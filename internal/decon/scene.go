@@ -187,3 +187,21 @@ func RelRMS(a, b []float32) float64 {
 	}
 	return math.Sqrt(num / den)
 }
+
+// CropScene returns sc without mz planes, my rows and mx columns at each
+// end: built on a larger field, the cropped scene has objects that continue
+// beyond its edges and light blurred in from outside, as a camera's field
+// of view (NewScene's stacks have nothing beyond their edges).
+func CropScene(sc Scene, mz, my, mx int) Scene {
+	crop := func(s *raster.Stack) *raster.Stack {
+		n, h, w := s.N-2*mz, s.H-2*my, s.W-2*mx
+		o := raster.NewStack(n, h, w)
+		for z := 0; z < n; z++ {
+			for y := 0; y < h; y++ {
+				copy(o.Pix[(z*h+y)*w:][:w], s.Pix[((z+mz)*s.H+y+my)*s.W+mx:])
+			}
+		}
+		return o
+	}
+	return Scene{Truth: crop(sc.Truth), Blurred: crop(sc.Blurred), Noisy: crop(sc.Noisy)}
+}

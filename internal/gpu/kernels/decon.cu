@@ -297,7 +297,8 @@ __device__ __forceinline__ void tv_norm(const float* pl, int y, int x, int ny, i
 // decon_tv: the RL-TV update of Dey et al. on a window (nz, ny, nx):
 // a = a*y / (1 - lambda*div(grad y/|grad y|)) per plane (decon.TVFactor),
 // then, when damp, a = oml*a + l*b (b = conv(y, R)). a holds conv(obs /
-// conv(y, k), flip k) on entry.
+// conv(y, k), flip k) on entry (divided by the free boundary's alpha).
+// lambda = 0 (the free boundary without TV) skips the TV factor.
 extern "C" __global__ void decon_tv(float* a, const float* y, const float* b, int nz, int ny, int nx, float lambda, float eps2,
     int damp, float oml, float l)
 {
@@ -308,20 +309,22 @@ extern "C" __global__ void decon_tv(float* a, const float* y, const float* b, in
         i64 r = i / nx;
         int yy = (int)(r % ny);
         int z = (int)(r / ny);
-        const float* pl = y + (i64)z * ny * nx;
-        float gx, gy, lx = 0.0f, uy = 0.0f, t;
-        tv_norm(pl, yy, x, ny, nx, eps2, &gx, &gy);
-        if (x > 0)
-            tv_norm(pl, yy, x - 1, ny, nx, eps2, &lx, &t);
-        if (yy > 0)
-            tv_norm(pl, yy - 1, x, ny, nx, eps2, &t, &uy);
-        float d = gx - lx;
-        d = d + gy;
-        d = d - uy;
-        float q = lambda * d;
-        float den = 1.0f - q;
         float u = a[i] * y[i];
-        u = u / den;
+        if (lambda != 0.0f) { // without TV (the free boundary alone) the factor is 1
+            const float* pl = y + (i64)z * ny * nx;
+            float gx, gy, lx = 0.0f, uy = 0.0f, t;
+            tv_norm(pl, yy, x, ny, nx, eps2, &gx, &gy);
+            if (x > 0)
+                tv_norm(pl, yy, x - 1, ny, nx, eps2, &lx, &t);
+            if (yy > 0)
+                tv_norm(pl, yy - 1, x, ny, nx, eps2, &t, &uy);
+            float d = gx - lx;
+            d = d + gy;
+            d = d - uy;
+            float q = lambda * d;
+            float den = 1.0f - q;
+            u = u / den;
+        }
         if (damp) {
             float v = oml * u;
             float w = l * b[i];
