@@ -280,7 +280,7 @@ type deconCommon struct {
 	pn, bn, ph, pw int // planes computed, padding planes before them, padded rows and width
 	biggs          bool
 	wins           []decon.Window
-	tv, tvEps2     float32 // RL-TV: λ_TV (0: no TV term) and ε² (decon.TVEps2 of the input's maximum)
+	tv, tvEps2     float32   // RL-TV: λ_TV (0: no TV term) and ε² (decon.TVEps2 of the input's maximum)
 	free           bool      // the free boundary (decon.BoundaryFree)
 	box            decon.Box // the observed voxels in the computed planes (the whole array when !free)
 	fa             *decon.FreeAlpha
