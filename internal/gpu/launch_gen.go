@@ -408,7 +408,7 @@ func (e *Engine) launchDeconDamp(d dim, a cu.DevicePtr, y cu.DevicePtr, b cu.Dev
 	e.launchArgs("decon_damp", d, uint64(a), uint64(y), uint64(b), uint64(math.Float32bits(oml)), uint64(math.Float32bits(l)), uint64(n))
 }
 
-// launchDeconTv launches kernel decon_tv (kernels/decon.cu:302).
+// launchDeconTv launches kernel decon_tv (kernels/decon.cu:311).
 //
 // decon_tv: the RL-TV update of Dey et al. on a window (nz, ny, nx):
 // a = a*y / (1 - lambda*div(grad y/|grad y|)) per plane (decon.TVFactor),
@@ -421,7 +421,7 @@ func (e *Engine) launchDeconTv(d dim, a cu.DevicePtr, y cu.DevicePtr, b cu.Devic
 	e.launchArgs("decon_tv", d, uint64(a), uint64(y), uint64(b), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(math.Float32bits(lambda)), uint64(math.Float32bits(eps2)), uint64(int64(damp)), uint64(math.Float32bits(oml)), uint64(math.Float32bits(l)))
 }
 
-// launchDeconFree launches kernel decon_free (kernels/decon.cu:352).
+// launchDeconFree launches kernel decon_free (kernels/decon.cu:359).
 //
 // decon_free: the free boundary's normalisation (decon.FreeAlpha.At and
 // FreeCorrect) of a window (nz, wh, nx) starting at padded row lo:
@@ -435,7 +435,7 @@ func (e *Engine) launchDeconFree(d dim, a cu.DevicePtr, sat cu.DevicePtr, kz int
 	e.launchArgs("decon_free", d, uint64(a), uint64(sat), uint64(int64(kz)), uint64(int64(ky)), uint64(int64(kx)), uint64(int64(nz)), uint64(int64(wh)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(z0)), uint64(int64(z1)), uint64(int64(y0)), uint64(int64(y1)), uint64(int64(x0)), uint64(int64(x1)), uint64(math.Float32bits(amin)))
 }
 
-// launchDeconBoxZero launches kernel decon_box_zero (kernels/decon.cu:380).
+// launchDeconBoxZero launches kernel decon_box_zero (kernels/decon.cu:385).
 //
 // decon_box_zero: s (nz, ny, nx) = 0 outside the box [z0, z1) x [y0, y1) x
 // [x0, x1) (decon.ZeroOutside: the free boundary fits observed voxels only).
@@ -445,7 +445,7 @@ func (e *Engine) launchDeconBoxZero(d dim, s cu.DevicePtr, nz int, ny int, nx in
 	e.launchArgs("decon_box_zero", d, uint64(s), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(z0)), uint64(int64(z1)), uint64(int64(y0)), uint64(int64(y1)), uint64(int64(x0)), uint64(int64(x1)))
 }
 
-// launchDeconPredict launches kernel decon_predict (kernels/decon.cu:395).
+// launchDeconPredict launches kernel decon_predict (kernels/decon.cu:398).
 //
 // decon_predict: y = max(x + alpha*(x - xp), 0) (Biggs-Andrews prediction).
 //
@@ -454,7 +454,7 @@ func (e *Engine) launchDeconPredict(d dim, y cu.DevicePtr, x cu.DevicePtr, xp cu
 	e.launchArgs("decon_predict", d, uint64(y), uint64(x), uint64(xp), uint64(math.Float32bits(alpha)), uint64(n))
 }
 
-// launchDeconRows launches kernel decon_rows (kernels/decon.cu:410).
+// launchDeconRows launches kernel decon_rows (kernels/decon.cu:413).
 //
 // decon_rows: copy rows [lo, lo+wh) of every plane of src (nz, ph, nx) into
 // dst (nz, wh, nx) (dir 0), or the core rows back: dst (nz, ph, nx) rows
@@ -465,7 +465,7 @@ func (e *Engine) launchDeconRows(d dim, dst cu.DevicePtr, src cu.DevicePtr, nz i
 	e.launchArgs("decon_rows", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(int64(dir)))
 }
 
-// launchDeconSums launches kernel decon_sums (kernels/decon.cu:435).
+// launchDeconSums launches kernel decon_sums (kernels/decon.cu:438).
 //
 // decon_sums over the core rows [c0, c1) of a window (nz, wh, nx) starting
 // at padded row lo: sums[0] += w[z]*(cur - nw)^2 over the voxels whose
@@ -481,7 +481,7 @@ func (e *Engine) launchDeconSums(d dim, cur cu.DevicePtr, nw cu.DevicePtr, y cu.
 	e.launchArgs("decon_sums", d, uint64(cur), uint64(nw), uint64(y), uint64(g), uint64(gp), uint64(w), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(sums), uint64(int64(row0)), uint64(int64(bz0)), uint64(int64(bz1)), uint64(int64(by0)), uint64(int64(by1)), uint64(int64(bx0)), uint64(int64(bx1)))
 }
 
-// launchDeconHist launches kernel decon_hist (kernels/decon.cu:491).
+// launchDeconHist launches kernel decon_hist (kernels/decon.cu:494).
 //
 // decon_hist: histogram of the bits of |x| over the cropped region: the
 // value's bits u count in bin (u >> shift) & mask when all = 1 or
@@ -492,7 +492,7 @@ func (e *Engine) launchDeconHist(d dim, bins cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_hist", d, uint64(bins), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(shift)), uint64(int64(mask)), uint64(int64(all)), uint64(int64(mshift)), uint64(match))
 }
 
-// launchDeconScale launches kernel decon_scale (kernels/decon.cu:513).
+// launchDeconScale launches kernel decon_scale (kernels/decon.cu:516).
 //
 // decon_scale: out (n, h, w) = (clip(|x|, lo, hi) - lo)/(hi - lo)*rawMax in
 // float64 (decon.Rescale), or |x| when scale = 0 (decon.Crop).
@@ -502,7 +502,7 @@ func (e *Engine) launchDeconScale(d dim, out cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_scale", d, uint64(out), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(scale)), math.Float64bits(lo), math.Float64bits(hi), math.Float64bits(rawMax))
 }
 
-// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:535).
+// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:538).
 //
 // decon_quantize: dst = round-half-up clip(src, 0, 65535) (decon.Quantize).
 //
@@ -511,7 +511,7 @@ func (e *Engine) launchDeconQuantize(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_quantize", d, uint64(dst), uint64(src), uint64(n))
 }
 
-// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:557).
+// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:560).
 //
 // decon_fft_place: dst (fz, fy, fx) = src (nz, ny, nx) at the origin, zero elsewhere.
 //
@@ -520,7 +520,7 @@ func (e *Engine) launchDeconFftPlace(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_fft_place", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(fz)), uint64(int64(fy)), uint64(int64(fx)))
 }
 
-// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:571).
+// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:574).
 //
 // decon_fft_mul: s = s * k * scale (complex, interleaved), n values.
 //
@@ -529,7 +529,7 @@ func (e *Engine) launchDeconFftMul(d dim, s cu.DevicePtr, k cu.DevicePtr, scale 
 	e.launchArgs("decon_fft_mul", d, uint64(s), uint64(k), uint64(math.Float32bits(scale)), uint64(n))
 }
 
-// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:584).
+// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:587).
 //
 // decon_fft_take: v = src (fz, fy, fx) at (z+cz, y+cy, x+cx); dst (nz, ny, nx)
 // gets v, aux/max(v, eps) (mode 1) or v*aux (mode 2), as decon_conv.

@@ -275,6 +275,15 @@ extern "C" __global__ void decon_damp(float* a, const float* y, const float* b, 
     }
 }
 
+// voxel_zyx splits a linear index of an (nz, ny, nx) volume, x fastest.
+__device__ __forceinline__ void voxel_zyx(i64 i, int ny, int nx, int* z, int* y, int* x)
+{
+    *x = (int)(i % nx);
+    i64 r = i / nx;
+    *y = (int)(r % ny);
+    *z = (int)(r / ny);
+}
+
 // tv_norm: the normalised gradient n = grad u / sqrt(|grad u|^2 + eps2) at
 // (y, x) of one plane (ny, nx) of u: forward differences, 0 at the last
 // column/row (decon.TVFactor's norm, the same float32 expressions).
@@ -305,10 +314,8 @@ extern "C" __global__ void decon_tv(float* a, const float* y, const float* b, in
     i64 total = (i64)nz * ny * nx;
     GRID_STRIDE(i, total)
     {
-        int x = (int)(i % nx);
-        i64 r = i / nx;
-        int yy = (int)(r % ny);
-        int z = (int)(r / ny);
+        int z, yy, x;
+        voxel_zyx(i, ny, nx, &z, &yy, &x);
         float u = a[i] * y[i];
         if (lambda != 0.0f) { // without TV (the free boundary alone) the factor is 1
             const float* pl = y + (i64)z * ny * nx;
@@ -355,10 +362,8 @@ extern "C" __global__ void decon_free(float* a, const double* sat, int kz, int k
     i64 total = (i64)nz * wh * nx;
     GRID_STRIDE(i, total)
     {
-        int x = (int)(i % nx);
-        i64 r = i / nx;
-        int yy = (int)(r % wh);
-        int z = (int)(r / wh);
+        int z, yy, x;
+        voxel_zyx(i, wh, nx, &z, &yy, &x);
         int a0, a1, b0, b1, e0, e1;
         tap_range(z, kz, z0, z1, &a0, &a1);
         tap_range(lo + yy, ky, y0, y1, &b0, &b1);
@@ -382,10 +387,8 @@ extern "C" __global__ void decon_box_zero(float* s, int nz, int ny, int nx, int 
     i64 total = (i64)nz * ny * nx;
     GRID_STRIDE(i, total)
     {
-        int x = (int)(i % nx);
-        i64 r = i / nx;
-        int y = (int)(r % ny);
-        int z = (int)(r / ny);
+        int z, y, x;
+        voxel_zyx(i, ny, nx, &z, &y, &x);
         if (!(z >= z0 && z < z1 && y >= y0 && y < y1 && x >= x0 && x < x1))
             s[i] = 0.0f;
     }
