@@ -17,8 +17,9 @@ import (
 )
 
 // Decon is the GPU decon.Deconvolver: the algorithm of decon.CPU (the same
-// padding, windows, stop rule, Biggs-Andrews prediction, percentile clip
-// and rescale) with every array on the device. Convolutions are direct
+// padding, windows, stop rule, Biggs-Andrews prediction, RL-TV factor,
+// free boundary, percentile clip and rescale) with every array on the
+// device. Convolutions are direct
 // (kernels/decon.cu: shared-memory tiles, 4 outputs per thread), summed in
 // the CPU's order without FMA, so each convolution is bit-identical to
 // decon.Conv; the float64 sums of the stop rule and α use atomics, so their
