@@ -123,8 +123,8 @@ func grow(s []float32, n int) []float32 {
 
 // step updates window w: reads x (and xprev for Biggs) over Lo..Hi, writes
 // the core rows of the new iterate into xnew (and G into g), and returns the
-// core sums Σ(x-xnew)² (over fa's box when fa != nil: BoundaryFree), Σ
-// G·Gprev, Σ Gprev².
+// core sums Σ(x-xnew)², Σ G·Gprev, Σ Gprev² (over fa's box when fa !=
+// nil: BoundaryFree).
 func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window, k, kf *psf.Kernel, fa *FreeAlpha, p Params, alpha float64, it, workers int) [3]float64 {
 	nz, nx := obs.N, obs.W
 	wh := w.Hi - w.Lo
@@ -212,7 +212,7 @@ func (ws *winScratch) step(obs, x, xprev, xnew, g, gprev *raster.Stack, w Window
 				for i := 0; i < nx; i++ {
 					gv := ws.a[lo+i] - ws.y[lo+i]
 					g.Pix[gl+i] = gv
-					if it >= 1 {
+					if it >= 1 && in && (fa == nil || (i >= fa.Box.X0 && i < fa.Box.X1)) {
 						gp := float64(gprev.Pix[gl+i])
 						sums[1] += float64(gv) * gp
 						sums[2] += gp * gp

@@ -465,23 +465,24 @@ func (e *Engine) launchDeconRows(d dim, dst cu.DevicePtr, src cu.DevicePtr, nz i
 	e.launchArgs("decon_rows", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(int64(dir)))
 }
 
-// launchDeconSums launches kernel decon_sums (kernels/decon.cu:438).
+// launchDeconSums launches kernel decon_sums (kernels/decon.cu:439).
 //
 // decon_sums over the core rows [c0, c1) of a window (nz, wh, nx) starting
-// at padded row lo: sums[0] += w[z]*(cur - nw)^2 over the voxels whose
-// plane, padded row (row0 + c0 + core row) and column lie in the box
-// [bz0, bz1) x [by0, by1) x [bx0, bx1) (the observed voxels of the free
-// boundary; the whole window otherwise); for Biggs (g != 0) also
+// at padded row lo: sums[0] += w[z]*(cur - nw)^2; for Biggs (g != 0) also
 // G = nw - y is written to g (padded layout, ph rows) and, when gp != 0,
-// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. w: plane weights (the
-// multiplicity of a plane in the padded z axis; 1 when planes are padded).
+// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. The sums take only the voxels
+// whose plane, padded row (row0 + c0 + core row) and column lie in the box
+// [bz0, bz1) x [by0, by1) x [bx0, bx1) (the observed voxels of the free
+// boundary; the whole window otherwise). w: plane weights (the
+// multiplicity of a plane in the padded z axis; 1 when planes are padded or
+// the boundary is free).
 //
 //	extern "C" __global__ void decon_sums(const float* cur, const float* nw, const float* y, float* g, const float* gp, const double* w, int nz, int ph, int nx, int lo, int wh, int c0, int c1, double* sums, int row0, int bz0, int bz1, int by0, int by1, int bx0, int bx1)
 func (e *Engine) launchDeconSums(d dim, cur cu.DevicePtr, nw cu.DevicePtr, y cu.DevicePtr, g cu.DevicePtr, gp cu.DevicePtr, w cu.DevicePtr, nz int, ph int, nx int, lo int, wh int, c0 int, c1 int, sums cu.DevicePtr, row0 int, bz0 int, bz1 int, by0 int, by1 int, bx0 int, bx1 int) {
 	e.launchArgs("decon_sums", d, uint64(cur), uint64(nw), uint64(y), uint64(g), uint64(gp), uint64(w), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(sums), uint64(int64(row0)), uint64(int64(bz0)), uint64(int64(bz1)), uint64(int64(by0)), uint64(int64(by1)), uint64(int64(bx0)), uint64(int64(bx1)))
 }
 
-// launchDeconHist launches kernel decon_hist (kernels/decon.cu:494).
+// launchDeconHist launches kernel decon_hist (kernels/decon.cu:496).
 //
 // decon_hist: histogram of the bits of |x| over the cropped region: the
 // value's bits u count in bin (u >> shift) & mask when all = 1 or
@@ -492,7 +493,7 @@ func (e *Engine) launchDeconHist(d dim, bins cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_hist", d, uint64(bins), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(shift)), uint64(int64(mask)), uint64(int64(all)), uint64(int64(mshift)), uint64(match))
 }
 
-// launchDeconScale launches kernel decon_scale (kernels/decon.cu:516).
+// launchDeconScale launches kernel decon_scale (kernels/decon.cu:518).
 //
 // decon_scale: out (n, h, w) = (clip(|x|, lo, hi) - lo)/(hi - lo)*rawMax in
 // float64 (decon.Rescale), or |x| when scale = 0 (decon.Crop).
@@ -502,7 +503,7 @@ func (e *Engine) launchDeconScale(d dim, out cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_scale", d, uint64(out), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(scale)), math.Float64bits(lo), math.Float64bits(hi), math.Float64bits(rawMax))
 }
 
-// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:538).
+// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:540).
 //
 // decon_quantize: dst = round-half-up clip(src, 0, 65535) (decon.Quantize).
 //
@@ -511,7 +512,7 @@ func (e *Engine) launchDeconQuantize(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_quantize", d, uint64(dst), uint64(src), uint64(n))
 }
 
-// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:560).
+// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:562).
 //
 // decon_fft_place: dst (fz, fy, fx) = src (nz, ny, nx) at the origin, zero elsewhere.
 //
@@ -520,7 +521,7 @@ func (e *Engine) launchDeconFftPlace(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_fft_place", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(fz)), uint64(int64(fy)), uint64(int64(fx)))
 }
 
-// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:574).
+// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:576).
 //
 // decon_fft_mul: s = s * k * scale (complex, interleaved), n values.
 //
@@ -529,7 +530,7 @@ func (e *Engine) launchDeconFftMul(d dim, s cu.DevicePtr, k cu.DevicePtr, scale 
 	e.launchArgs("decon_fft_mul", d, uint64(s), uint64(k), uint64(math.Float32bits(scale)), uint64(n))
 }
 
-// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:587).
+// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:589).
 //
 // decon_fft_take: v = src (fz, fy, fx) at (z+cz, y+cy, x+cx); dst (nz, ny, nx)
 // gets v, aux/max(v, eps) (mode 1) or v*aux (mode 2), as decon_conv.

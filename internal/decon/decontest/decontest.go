@@ -228,8 +228,8 @@ func reference(in *raster.Stack, k *psf.Kernel, p decon.Params) ([]float32, []fl
 		if p.Biggs() && it >= 2 {
 			var dot, nrm float64
 			for i := range gprev {
-				dot += gprev[i] * gprev2[i]
-				nrm += gprev2[i] * gprev2[i]
+				dot += mask[i] * gprev[i] * gprev2[i]
+				nrm += mask[i] * gprev2[i] * gprev2[i]
 			}
 			alpha := math.Max(0, math.Min(1, dot/(nrm+2.220446049250313e-16)))
 			y = make([]float64, sz)

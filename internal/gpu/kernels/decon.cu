@@ -428,13 +428,14 @@ extern "C" __global__ void decon_rows(float* dst, const float* src, int nz, int 
 }
 
 // decon_sums over the core rows [c0, c1) of a window (nz, wh, nx) starting
-// at padded row lo: sums[0] += w[z]*(cur - nw)^2 over the voxels whose
-// plane, padded row (row0 + c0 + core row) and column lie in the box
-// [bz0, bz1) x [by0, by1) x [bx0, bx1) (the observed voxels of the free
-// boundary; the whole window otherwise); for Biggs (g != 0) also
+// at padded row lo: sums[0] += w[z]*(cur - nw)^2; for Biggs (g != 0) also
 // G = nw - y is written to g (padded layout, ph rows) and, when gp != 0,
-// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. w: plane weights (the
-// multiplicity of a plane in the padded z axis; 1 when planes are padded).
+// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. The sums take only the voxels
+// whose plane, padded row (row0 + c0 + core row) and column lie in the box
+// [bz0, bz1) x [by0, by1) x [bx0, bx1) (the observed voxels of the free
+// boundary; the whole window otherwise). w: plane weights (the
+// multiplicity of a plane in the padded z axis; 1 when planes are padded or
+// the boundary is free).
 extern "C" __global__ void decon_sums(const float* cur, const float* nw, const float* y, float* g, const float* gp,
     const double* w, int nz, int ph, int nx, int lo, int wh, int c0, int c1, double* sums,
     int row0, int bz0, int bz1, int by0, int by1, int bx0, int bx1)
@@ -453,12 +454,13 @@ extern "C" __global__ void decon_sums(const float* cur, const float* nw, const f
         double wz = w[z];
         double d = (double)cur[li] - (double)nw[li];
         int py = row0 + c0 + yy;
-        if (z >= bz0 && z < bz1 && py >= by0 && py < by1 && x >= bx0 && x < bx1)
+        bool in = z >= bz0 && z < bz1 && py >= by0 && py < by1 && x >= bx0 && x < bx1;
+        if (in)
             s0 += wz * (d * d);
         if (g) {
             float gv = nw[li] - y[li];
             i64 gi = ((i64)z * ph + c0 + yy) * nx + x;
-            if (gp) {
+            if (gp && in) {
                 double q = (double)gp[gi];
                 s1 += wz * ((double)gv * q);
                 s2 += wz * (q * q);
