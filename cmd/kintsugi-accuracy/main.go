@@ -40,7 +40,7 @@ no outputs at all is an error.`,
 			&cli.BoolFlag{Name: "planes", Usage: "table: add one row per (channel, z)"},
 			&cli.BoolFlag{Name: "edf", Usage: "EDF report instead: variance, wavelet, max projection and best slice on synthetic z-stacks with a known depth map (CPU; no project needed)"},
 			&cli.IntFlag{Name: "edf-seeds", Value: 3, Usage: "--edf: stacks averaged"},
-			&cli.BoolFlag{Name: "decon", Usage: "deconvolution report instead: relative RMS error vs the sharp truth before and after Richardson-Lucy and Biggs-Andrews for the light-sheet and widefield PSFs, and the iterations Biggs-Andrews needs to reach RL's error (CPU; no project needed)"},
+			&cli.BoolFlag{Name: "decon", Usage: "deconvolution report instead: relative RMS error vs the sharp truth before and after Richardson-Lucy, Biggs-Andrews and RL-TV (richardson_lucy_tv at RL's iterations) for the light-sheet and widefield PSFs, the iterations Biggs-Andrews needs to reach RL's error, and RL / RL-TV / Biggs-Andrews by content (spots, nuclei, fibres, membranes) (CPU; no project needed)"},
 			&cli.IntSliceFlag{Name: "decon-size", Value: cli.NewIntSlice(6, 128, 128), Usage: "--decon: synthetic stack size z,y,x"},
 			&cli.BoolFlag{Name: "registration", Usage: "registration report instead: synthetic cycles with known rigid (translations up to 100 px, rotations up to 1 degree) and non-rigid (up to 5 px) warps registered to cycle 1; RMS error of the mapping over tissue per cycle beside the error before registration (CPU; no project needed)"},
 			&cli.IntFlag{Name: "registration-cycles", Value: 4, Usage: "--registration: cycles including the reference"},
@@ -100,13 +100,18 @@ func edfReport(c *cli.Context) error {
 	return output(c, r, err, accuracy.WriteEDFTable)
 }
 
-// deconReport is --decon: internal/accuracy.EvaluateDecon with the CPU reference.
+// deconReport is --decon: internal/accuracy.EvaluateDecon and
+// EvaluateDeconContent (RL, RL-TV and Biggs-Andrews by content) with the
+// CPU reference.
 func deconReport(c *cli.Context) error {
 	sz := c.IntSlice("decon-size")
 	if len(sz) != 3 || sz[0] < 1 || sz[1] < 8 || sz[2] < 8 {
 		return cliutil.Usagef("--decon-size %v: want z,y,x with z >= 1 and y, x >= 8", sz)
 	}
 	r, err := accuracy.EvaluateDecon(c.Context, decon.CPU{}, sz[0], sz[1], sz[2], 3, runtime.NumCPU())
+	if err == nil {
+		r.Content, err = accuracy.EvaluateDeconContent(c.Context, decon.CPU{}, nil, sz[0], sz[1], sz[2], 3, runtime.NumCPU())
+	}
 	return output(c, r, err, accuracy.WriteDeconTable)
 }
 

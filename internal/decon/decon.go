@@ -1,7 +1,8 @@
 // Package decon is the deconvolution stage's algorithm: the original's
-// Richardson-Lucy (KINTSUGI Kdecon, a port of LsDeconv) and its
-// Biggs-Andrews accelerated variant, behind one interface with a CPU
-// reference here and a CUDA implementation in internal/gpu.
+// Richardson-Lucy (KINTSUGI Kdecon, a port of LsDeconv), its
+// Biggs-Andrews accelerated variant and Richardson-Lucy with total
+// variation, behind one interface with a CPU reference here and a CUDA
+// implementation in internal/gpu.
 //
 // Data: a raster.Stack (z, y, x), x fastest, in detector counts (float32);
 // a psf.Kernel (z, y, x), odd sizes, sum 1.
@@ -33,6 +34,13 @@
 // the stop rule uses delta = ||X_k - X_{k+1}|| and ignores iterations whose
 // step grew (delta_rel < 0, see Stopper).
 //
+// RL-TV (Dey et al. 2006, "Richardson-Lucy algorithm with total variation
+// regularization for 3D confocal microscope deconvolution"): the RL update
+// divided by 1 - λ·div(∇d/|∇d|) of the current iterate (TVFactor), per
+// plane (two-dimensional: planes are regularised independently, so a
+// one-plane PSF still deconvolves them independently), then damped as RL;
+// the stop rule is RL's. λ = Params.TV (DefaultTV, Dey et al.'s 0.002).
+//
 // Chunking: the padded stack is split along y into windows; every
 // iteration each window is updated from the previous iterate with a halo of
 // 2·(PSF half-width in y) rows (the dependency of one iteration) and only
@@ -54,18 +62,54 @@ import (
 const (
 	RichardsonLucy = "richardson_lucy"
 	BiggsAndrews   = "biggs_andrews"
+	// RichardsonLucyTV is Richardson-Lucy with total-variation
+	// regularisation (Dey et al. 2006; see TVFactor).
+	RichardsonLucyTV = "richardson_lucy_tv"
 )
+
+// Boundaries: what the object is taken to be beyond the stack's edges.
+const (
+	// BoundaryMirror is the original's: the stack mirrored into the padding
+	// and fitted there like real data.
+	BoundaryMirror = "mirror"
+	// BoundaryFree is Bertero and Boccacci's (2005): the object in the
+	// padding is unknown and reconstructed, only the observed voxels are
+	// fitted (see FreeAlpha).
+	BoundaryFree = "free"
+)
+
+// FreeAlphaMin is the smallest normalisation α of BoundaryFree that is
+// divided by; padded voxels whose light reaches the observed region less
+// (α below it) are set to 0.
+const FreeAlphaMin = 1e-3
+
+// DefaultTV is λ_TV of RichardsonLucyTV when Params.TV is 0 (dimensionless:
+// the TV term div(∇u/|∇u|) does not depend on the intensity scale).
+const DefaultTV = 0.002
+
+// MaxTV bounds λ_TV: |div(∇u/|∇u|)| <= 2·√2 in two dimensions, so the TV
+// factor 1 - λ·div stays >= 1 - 0.2·2·√2 > 0.43 and the update positive.
+const MaxTV = 0.2
+
+// TVEps is ε of the TV term's |∇u|_ε = sqrt(|∇u|² + ε²), relative to the
+// input's maximum (raw_max): it only keeps 0/0 out of flat regions.
+const TVEps = 1e-4
 
 // Eps is MATLAB's eps('single'), the floor of the RL denominator.
 const Eps = float32(1.1920929e-07)
 
 // Params are the settings of one deconvolution.
 type Params struct {
-	Algorithm     string  // RichardsonLucy (default when "") or BiggsAndrews
+	Algorithm     string  // RichardsonLucy (default when ""), BiggsAndrews or RichardsonLucyTV
 	Iterations    int     // maximum iterations, >= 1
 	StopCriterion float64 // percent; the loop stops when delta_rel <= it (negative: never)
 	Damping       float64 // λ in [0, 1]
 	HistClip      float64 // percent clipped at each end, [0, 50)
+	// TV is λ_TV of RichardsonLucyTV, [0, MaxTV]; 0 = DefaultTV. Set
+	// with another algorithm it is an error (Validate).
+	TV float64
+	// Boundary is BoundaryMirror (default when "") or BoundaryFree.
+	Boundary string
 	// NoScale returns |RL| cropped, without the percentile clip and rescale
 	// (for tests and the accuracy report).
 	NoScale bool
@@ -83,9 +127,20 @@ type Params struct {
 // Validate checks the parameters.
 func (p Params) Validate() error {
 	switch p.Algorithm {
-	case "", RichardsonLucy, BiggsAndrews:
+	case "", RichardsonLucy, BiggsAndrews, RichardsonLucyTV:
 	default:
-		return fmt.Errorf("decon: algorithm %q: want %s or %s", p.Algorithm, RichardsonLucy, BiggsAndrews)
+		return fmt.Errorf("decon: algorithm %q: want %s, %s or %s", p.Algorithm, RichardsonLucy, BiggsAndrews, RichardsonLucyTV)
+	}
+	if !(p.TV >= 0 && p.TV <= MaxTV) {
+		return fmt.Errorf("decon: tv_lambda %g: want [0, %g]", p.TV, MaxTV)
+	}
+	switch p.Boundary {
+	case "", BoundaryMirror, BoundaryFree:
+	default:
+		return fmt.Errorf("decon: boundary %q: want %s or %s", p.Boundary, BoundaryMirror, BoundaryFree)
+	}
+	if p.TV != 0 && p.Algorithm != RichardsonLucyTV {
+		return fmt.Errorf("decon: tv_lambda %g is set but the algorithm is %q: tv_lambda needs %s", p.TV, p.Algorithm, RichardsonLucyTV)
 	}
 	if p.Iterations < 1 {
 		return fmt.Errorf("decon: iterations %d: want >= 1", p.Iterations)
@@ -107,6 +162,125 @@ func (p Params) Validate() error {
 
 // Biggs reports whether p selects the accelerated variant.
 func (p Params) Biggs() bool { return p.Algorithm == BiggsAndrews }
+
+// Free reports whether p selects BoundaryFree.
+func (p Params) Free() bool { return p.Boundary == BoundaryFree }
+
+// Box is the observed region inside a padded array: planes [Z0, Z1), rows
+// [Y0, Y1), columns [X0, X1).
+type Box struct{ Z0, Z1, Y0, Y1, X0, X1 int }
+
+// ObservedBox returns the box of the input inside the padded array of g
+// (all planes padded).
+func (g Geometry) ObservedBox() Box {
+	return Box{g.BN, g.BN + g.N, g.BH, g.BH + g.H, g.BW, g.BW + g.W}
+}
+
+// In reports whether (z, y, x) lies in b.
+func (b Box) In(z, y, x int) bool {
+	return z >= b.Z0 && z < b.Z1 && y >= b.Y0 && y < b.Y1 && x >= b.X0 && x < b.X1
+}
+
+// FreeAlpha is the normalisation of BoundaryFree (Bertero and Boccacci,
+// "A simple method for the reduction of boundary effects in the
+// Richardson-Lucy approach to image deconvolution", A&A 437, 2005): with M
+// the indicator of the observed box, the RL correction conv(M·obs /
+// conv(d, k), flip k) is divided by α = conv(M, flip k), the fraction of a
+// voxel's light that reaches observed voxels (1 inside, less towards and
+// beyond the edges). As M is a box, α(z, y, x) is the sum of flip(k) over a
+// sub-box of taps, read from the kernel's summed-area table (float64; the
+// GPU uses the same table and formula).
+type FreeAlpha struct {
+	SAT        []float64 // (NZ+1) x (NY+1) x (NX+1): SAT[a][b][c] = Σ flip(k) over taps < (a, b, c)
+	NZ, NY, NX int
+	Box        Box
+}
+
+// NewFreeAlpha builds the table of k for the observed box b.
+func NewFreeAlpha(k *psf.Kernel, b Box) *FreeAlpha {
+	kf := k.Flipped()
+	f := &FreeAlpha{NZ: k.NZ, NY: k.NY, NX: k.NX, Box: b, SAT: make([]float64, (k.NZ+1)*(k.NY+1)*(k.NX+1))}
+	at := func(a, b, c int) int { return (a*(f.NY+1)+b)*(f.NX+1) + c }
+	for a := 1; a <= k.NZ; a++ {
+		for bb := 1; bb <= k.NY; bb++ {
+			for c := 1; c <= k.NX; c++ {
+				v := float64(kf.Data[((a-1)*k.NY+bb-1)*k.NX+c-1])
+				v += f.SAT[at(a-1, bb, c)] + f.SAT[at(a, bb-1, c)] + f.SAT[at(a, bb, c-1)]
+				v -= f.SAT[at(a-1, bb-1, c)] + f.SAT[at(a-1, bb, c-1)] + f.SAT[at(a, bb-1, c-1)]
+				v += f.SAT[at(a-1, bb-1, c-1)]
+				f.SAT[at(a, bb, c)] = v
+			}
+		}
+	}
+	return f
+}
+
+// tapRange returns the taps [t0, t1) of a kernel n long (centre n/2) whose
+// 'same' convolution at i reads a source sample inside [lo, hi).
+func tapRange(i, n, lo, hi int) (int, int) {
+	c := n / 2
+	return max(0, i+c-hi+1), min(n, i+c-lo+1)
+}
+
+// At returns α at padded voxel (z, y, x), float32.
+func (f *FreeAlpha) At(z, y, x int) float32 {
+	a0, a1 := tapRange(z, f.NZ, f.Box.Z0, f.Box.Z1)
+	b0, b1 := tapRange(y, f.NY, f.Box.Y0, f.Box.Y1)
+	c0, c1 := tapRange(x, f.NX, f.Box.X0, f.Box.X1)
+	if a0 >= a1 || b0 >= b1 || c0 >= c1 {
+		return 0
+	}
+	at := func(a, b, c int) float64 { return f.SAT[(a*(f.NY+1)+b)*(f.NX+1)+c] }
+	s := at(a1, b1, c1) - at(a0, b1, c1) - at(a1, b0, c1) - at(a1, b1, c0)
+	s = s + at(a0, b0, c1) + at(a0, b1, c0) + at(a1, b0, c0) - at(a0, b0, c0)
+	return float32(s)
+}
+
+// FreeCorrect divides a correction by α: c/α, or 0 where α < FreeAlphaMin.
+func FreeCorrect(c, alpha float32) float32 {
+	if alpha < FreeAlphaMin {
+		return 0
+	}
+	return c / alpha
+}
+
+// ZeroOutside sets the voxels of a padded stack outside b to 0 (the data
+// term of BoundaryFree fits only observed voxels).
+func ZeroOutside(s *raster.Stack, b Box) {
+	for z := 0; z < s.N; z++ {
+		for y := 0; y < s.H; y++ {
+			row := s.Pix[(z*s.H+y)*s.W:][:s.W]
+			if z < b.Z0 || z >= b.Z1 || y < b.Y0 || y >= b.Y1 {
+				clear(row)
+				continue
+			}
+			clear(row[:b.X0])
+			clear(row[b.X1:])
+		}
+	}
+}
+
+// TVWeight returns λ_TV of the run: p.TV (DefaultTV when 0) for
+// RichardsonLucyTV, 0 for the other algorithms.
+func (p Params) TVWeight() float64 {
+	if p.Algorithm != RichardsonLucyTV {
+		return 0
+	}
+	if p.TV == 0 {
+		return DefaultTV
+	}
+	return p.TV
+}
+
+// HaloRows is Halo for p: the TV term, like the damping kernel, reads the
+// neighbouring rows of the iterate (one row each side).
+func (p Params) HaloRows(k *psf.Kernel) int {
+	h := Halo(k, p.Damping)
+	if p.TVWeight() > 0 {
+		h = max(h, 1)
+	}
+	return h
+}
 
 // Stats describe a run.
 type Stats struct {

@@ -177,7 +177,7 @@ func OutDir(project string, cycle int) string { return layout.Deconvolved(projec
 func Params(cfg *config.Config) (decon.Params, error) {
 	d := cfg.Decon
 	p := decon.Params{Algorithm: d.Algorithm, Iterations: d.Iterations, StopCriterion: d.StopCriterion,
-		Damping: d.Damping, HistClip: d.HistClip, MemoryBudget: int64(d.MemoryBudgetMB) << 20}
+		Damping: d.Damping, HistClip: d.HistClip, TV: d.TVLambda, Boundary: d.Boundary, MemoryBudget: int64(d.MemoryBudgetMB) << 20}
 	if err := p.Validate(); err != nil {
 		return p, &config.Error{File: cfg.Path, Key: "decon", Msg: err.Error()}
 	}

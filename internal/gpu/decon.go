@@ -17,8 +17,9 @@ import (
 )
 
 // Decon is the GPU decon.Deconvolver: the algorithm of decon.CPU (the same
-// padding, windows, stop rule, Biggs-Andrews prediction, percentile clip
-// and rescale) with every array on the device. Convolutions are direct
+// padding, windows, stop rule, Biggs-Andrews prediction, RL-TV factor,
+// free boundary, percentile clip and rescale) with every array on the
+// device. Convolutions are direct
 // (kernels/decon.cu: shared-memory tiles, 4 outputs per thread), summed in
 // the CPU's order without FMA, so each convolution is bit-identical to
 // decon.Conv; the float64 sums of the stop rule and α use atomics, so their
@@ -280,6 +281,11 @@ type deconCommon struct {
 	pn, bn, ph, pw int // planes computed, padding planes before them, padded rows and width
 	biggs          bool
 	wins           []decon.Window
+	tv, tvEps2     float32   // RL-TV: λ_TV (0: no TV term) and ε² (decon.TVEps2 of the input's maximum)
+	free           bool      // the free boundary (decon.BoundaryFree)
+	box            decon.Box // the observed voxels in the computed planes (the whole array when !free)
+	fa             *decon.FreeAlpha
+	satd           cu.DevicePtr // fa's summed-area table (float64)
 
 	cvs                   *deconConvs
 	R                     *psf.Kernel  // the damping kernel
@@ -287,8 +293,25 @@ type deconCommon struct {
 }
 
 func newDeconCommon(e *Engine, k *psf.Kernel, p decon.Params, pl deconPlan) deconCommon {
-	return deconCommon{e: e, k: k, p: p, pl: pl, g: pl.g, pn: pl.pn, bn: pl.bn, ph: pl.g.PH, pw: pl.g.PW,
-		biggs: p.Biggs(), wins: decon.PlanWindows(pl.g.PH, pl.rows, pl.halo)}
+	c := deconCommon{e: e, k: k, p: p, pl: pl, g: pl.g, pn: pl.pn, bn: pl.bn, ph: pl.g.PH, pw: pl.g.PW,
+		biggs: p.Biggs(), wins: decon.PlanWindows(pl.g.PH, pl.rows, pl.halo), tv: float32(p.TVWeight()), free: p.Free()}
+	g := pl.g
+	c.box = decon.Box{Z0: 0, Z1: c.pn, Y0: 0, Y1: c.ph, X0: 0, X1: c.pw}
+	if c.free {
+		// the real planes are bn..bn+N of the computed ones (bn = 0 when only they are computed)
+		c.box = decon.Box{Z0: c.bn, Z1: c.bn + g.N, Y0: g.BH, Y1: g.BH + g.H, X0: g.BW, X1: g.BW + g.W}
+		c.fa = decon.NewFreeAlpha(k, c.box)
+	}
+	return c
+}
+
+// sums launches decon_sums over the core rows [c0, c1) of a window (the
+// arguments of decon_sums; row0: the padded row of core row 0) with the
+// observed box of the free boundary.
+func (c *deconCommon) launchSums(cur, nw, y, g, gp cu.DevicePtr, ph, lo, wh, c0, c1, row0 int) {
+	b := c.box
+	c.e.launchDeconSums(grid1(int64(c.pn)*int64(c1-c0)*int64(c.pw)), cur, nw, y, g, gp, c.wd,
+		c.pn, ph, c.pw, lo, wh, c0, c1, c.sums, row0, b.Z0, b.Z1, b.Y0, b.Y1, b.X0, b.X1)
 }
 
 // uploadConsts allocates in ar and uploads the PSF, its flip, the damping
@@ -305,6 +328,10 @@ func (c *deconCommon) uploadConsts(ar *devArena) {
 	c.wd = ar.bytes(int64(len(c.pl.w)) * 8)
 	put(e, c.wd, c.pl.w)
 	c.sums = ar.bytes(3 * 8)
+	if c.fa != nil {
+		c.satd = ar.bytes(int64(len(c.fa.SAT)) * 8)
+		put(e, c.satd, c.fa.SAT)
+	}
 }
 
 // makeConvs sets up the PSF convolutions of windows up to maxWH rows: on the
@@ -335,6 +362,7 @@ func (e *Engine) deconRun(ctx context.Context, in *DevStack, k *psf.Kernel, p de
 	}
 
 	r := &deconResident{deconCommon: newDeconCommon(e, k, p, pl)}
+	r.tvEps2 = decon.TVEps2(st.RawMax)
 	st.Chunks = len(r.wins)
 	if err := r.allocate(&ar, in); err != nil {
 		return nil, st, err
@@ -398,6 +426,10 @@ func (r *deconResident) allocate(ar *devArena, in *DevStack) error {
 	e.launchDeconPad(grid1(m), r.obs, in.ptr, g.N, g.H, g.W, pn, ph, pw, r.bn, g.BH, g.BW)
 	r.x = ar.bytes(m * 4)
 	cu.MemcpyDtoDAsync(r.x, r.obs, m*4, e.compute)
+	if r.free { // the iterate starts from the mirrored stack, the data are the observed voxels
+		b := r.box
+		e.launchDeconBoxZero(grid1(m), r.obs, pn, ph, pw, b.Z0, b.Z1, b.Y0, b.Y1, b.X0, b.X1)
+	}
 	r.xnew = ar.bytes(m * 4)
 	if r.biggs {
 		r.xprev, r.gcur, r.gprev = ar.bytes(m*4), ar.bytes(m*4), ar.bytes(m*4)
@@ -485,8 +517,10 @@ func (r *deconResident) window(it int, wn decon.Window, alpha float64) {
 		e.launchDeconPredict(grid1(lm), y, c, xp, float32(alpha), lm)
 	}
 	cvs.conv(false, b, y, pn, wh, pw, 1, o, 0, 0)
-	fused := single && !biggs && p.Damping == 0 && deconFixed(k) && cvs.fft == nil
+	fused := single && !biggs && p.Damping == 0 && r.tv == 0 && !r.free && deconFixed(k) && cvs.fft == nil
 	switch {
+	case r.tv > 0 || r.free:
+		r.tvUpdate(a, b, y, pn, wh, pw, wn.Lo)
 	case p.Damping > 0:
 		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
 		cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
@@ -502,13 +536,33 @@ func (r *deconResident) window(it int, wn decon.Window, alpha float64) {
 		gp = r.gprev
 	}
 	if !fused {
-		e.launchDeconSums(grid1(int64(pn)*int64(wn.Core1-wn.Core0)*int64(pw)), c, a, y, r.gcur, gp, r.wd,
-			pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, r.sums)
+		r.launchSums(c, a, y, r.gcur, gp, ph, wn.Lo, wh, wn.Core0, wn.Core1, 0)
 	}
 	if !single {
 		core := int64(pn) * int64(wn.Core1-wn.Core0) * int64(pw)
 		e.launchDeconRows(grid1(core), r.xnew, a, pn, ph, pw, wn.Lo, wh, wn.Core0, wn.Core1, 1)
 	}
+}
+
+// tvUpdate is the update of a window (pn, wh, pw) starting at padded row
+// lo for RL-TV or the free boundary: a = conv(b, flip k), divided by the
+// free boundary's α (decon_free), then a·y / (1 - λ·div(∇y/|∇y|)) (λ = 0
+// without TV: a division by 1), damped as RL when p.Damping > 0 (decon.CPU's
+// order of operations; b is overwritten by conv(y, R)).
+func (c *deconCommon) tvUpdate(a, b, y cu.DevicePtr, pn, wh, pw, lo int) {
+	e, p := c.e, c.p
+	lm := int64(pn) * int64(wh) * int64(pw)
+	c.cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
+	if c.free {
+		bx, k := c.box, c.k
+		e.launchDeconFree(grid1(lm), a, c.satd, k.NZ, k.NY, k.NX, pn, wh, pw, lo, bx.Z0, bx.Z1, bx.Y0, bx.Y1, bx.X0, bx.X1, float32(decon.FreeAlphaMin))
+	}
+	damp, oml, lam := 0, float32(1)-float32(p.Damping), float32(p.Damping)
+	if p.Damping > 0 {
+		damp = 1
+		e.deconConv(b, y, c.rd, c.R, pn, wh, pw, 0, 0, 0, 0)
+	}
+	e.launchDeconTv(grid1(lm), a, y, b, pn, wh, pw, c.tv, c.tvEps2, damp, oml, lam)
 }
 
 // deconPercentiles returns numpy's percentiles qs of |x| over the cropped

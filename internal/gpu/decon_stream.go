@@ -69,15 +69,20 @@ const deconSlack = 64 << 10
 // the FFT buffers. Neither fitting is an ErrOutOfMemory naming the sizes.
 func (e *Engine) deconMakePlan(n, h, w int, k *psf.Kernel, p decon.Params, inOnDevice bool) (deconPlan, error) {
 	g := decon.NewGeometry(n, h, w, k)
-	pl := deconPlan{g: g, halo: decon.Halo(k, p.Damping), fft: deconUseFFT(k)}
+	pl := deconPlan{g: g, halo: p.HaloRows(k), fft: deconUseFFT(k)}
 	// Planes computed: all padded planes, or only the real ones weighted by
-	// their multiplicity when the PSF is one plane deep and undamped.
+	// their multiplicity when the PSF is one plane deep and undamped (the
+	// TV term of RL-TV is per plane, so it keeps the planes independent).
 	pl.pn, pl.bn = g.PN, g.BN
 	pl.w = make([]float64, g.PN)
 	if k.NZ == 1 && p.Damping == 0 {
 		pl.pn, pl.bn = g.N, 0
 		pl.w = make([]float64, g.N)
 		for z := 0; z < g.PN; z++ {
+			if p.Free() { // the stop rule sums over the observed planes, once each
+				pl.w[raster.Mirror(z-g.BN, g.N)] = 1
+				continue
+			}
 			pl.w[raster.Mirror(z-g.BN, g.N)]++
 		}
 	} else {
@@ -222,6 +227,7 @@ func (e *Engine) deconStreamed(ctx context.Context, in *raster.Stack, k *psf.Ker
 		return nil, nil, st, err
 	}
 	d := &deconStream{deconCommon: newDeconCommon(e, k, p, pl)}
+	d.tvEps2 = decon.TVEps2(st.RawMax)
 	defer d.freeHost()
 	d.pinHost()
 	phase("pin")
@@ -328,6 +334,9 @@ func (d *deconStream) freeHost() {
 
 // pad writes the mirror-padded input into the pinned observation: plane z
 // of it is input plane Mirror(z-bn), rows and columns mirrored likewise.
+// With the free boundary the mirrored stack goes into the last iterate
+// buffer (the first iterate) and the observation keeps only the observed
+// voxels (0 elsewhere).
 func (d *deconStream) pad(in *raster.Stack) {
 	g, pn, bn, ph, pw := d.g, d.pn, d.bn, d.ph, d.pw
 	obs := unsafe.Slice((*float32)(d.hobs), int64(pn)*int64(ph)*int64(pw))
@@ -335,6 +344,11 @@ func (d *deconStream) pad(in *raster.Stack) {
 	for x := range xs {
 		xs[x] = raster.Mirror(x-g.BW, g.W)
 	}
+	var x0 []float32
+	if d.free { // the iterate starts from the mirrored stack, the data are the observed voxels
+		x0 = unsafe.Slice((*float32)(d.iters[len(d.iters)-1]), int64(pn)*int64(ph)*int64(pw))
+	}
+	b := d.box
 	parallelFor(pn, func(z int) {
 		sz := raster.Mirror(z-bn, g.N)
 		for y := 0; y < ph; y++ {
@@ -343,6 +357,16 @@ func (d *deconStream) pad(in *raster.Stack) {
 			for x, sx := range xs {
 				dst[x] = src[sx]
 			}
+			if x0 == nil {
+				continue
+			}
+			copy(x0[(int64(z)*int64(ph)+int64(y))*int64(pw):][:pw], dst)
+			if z < b.Z0 || z >= b.Z1 || y < b.Y0 || y >= b.Y1 {
+				clear(dst)
+				continue
+			}
+			clear(dst[:b.X0])
+			clear(dst[b.X1:])
 		}
 	})
 }
@@ -430,6 +454,9 @@ func (d *deconStream) iterate(ctx context.Context, st *decon.Stats) (unsafe.Poin
 	stop := decon.Stopper{Criterion: p.StopCriterion, IgnoreGrowth: biggs}
 	var alpha float64
 	hx, hxprev := d.hobs, unsafe.Pointer(nil)
+	if d.free {
+		hx = d.iters[len(d.iters)-1] // the mirrored stack (pad)
+	}
 	for it := 0; it < p.Iterations; it++ {
 		if err := checkCtx(ctx); err != nil {
 			return nil, err
@@ -517,7 +544,9 @@ func (d *deconStream) updateSlab(i, it int, alpha float64) {
 		e.launchDeconPredict(grid1(lm), y, s.c, s.xp, float32(alpha), lm)
 	}
 	d.cvs.conv(false, s.b, y, pn, wh, pw, 1, s.o, 0, 0)
-	if p.Damping > 0 {
+	if d.tv > 0 || d.free {
+		d.tvUpdate(s.a, s.b, y, pn, wh, pw, wn.Lo)
+	} else if p.Damping > 0 {
 		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
 		d.cvs.conv(true, s.a, s.b, pn, wh, pw, 0, 0, 0, 0)
 		e.deconConv(s.b, y, d.rd, d.R, pn, wh, pw, 0, 0, 0, 0)
@@ -533,8 +562,7 @@ func (d *deconStream) updateSlab(i, it int, alpha float64) {
 		}
 	}
 	// G and G_prev in the slab's core layout (pn, core, pw): ph = core, c0 = 0, lo = Lo - Core0
-	e.launchDeconSums(grid1(int64(pn)*int64(core)*int64(pw)), s.c, s.a, y, gc, gp, d.wd,
-		pn, core, pw, wn.Lo-wn.Core0, wh, 0, core, d.sums)
+	d.launchSums(s.c, s.a, y, gc, gp, core, wn.Lo-wn.Core0, wh, 0, core, wn.Core0)
 	s.evComp.record(e.compute)
 }
 

@@ -16,7 +16,9 @@ import (
 
 // TestDeconVsCPU compares the GPU with the CPU reference on the same data:
 // the light-sheet PSF (z-plane dedup on the GPU), the widefield 3D PSF,
-// damping, and both algorithms. Convolutions are bit-identical; the float64
+// damping, the three algorithms (RL-TV: the TV term in the same float32
+// expressions, IEEE sqrt and division on both) and the free boundary (the
+// same summed-area table and formula for α, the delta over the observed box). Convolutions are bit-identical; the float64
 // sums differ in order, so the iterations must match and the results agree
 // to float32 rounding of the sums' effect on α (Biggs): 1e-5 of the maximum
 // for RL, 1e-4 for Biggs-Andrews.
@@ -39,9 +41,18 @@ func TestDeconVsCPU(t *testing.T) {
 		{"widefield RL", wf, decon.RichardsonLucy, 0, 1e-5},
 		{"lightsheet RL damped", ls, decon.RichardsonLucy, 0.2, 1e-5},
 		{"17-wide generic RL", wide, decon.RichardsonLucy, 0, 1e-5},
+		{"lightsheet RL-TV", ls, decon.RichardsonLucyTV, 0, 1e-5},
+		{"widefield RL-TV damped", wf, decon.RichardsonLucyTV, 0.1, 1e-5},
+		{"lightsheet RL free", ls, decon.RichardsonLucy, 0, 1e-5},
+		{"lightsheet Biggs free", ls, decon.BiggsAndrews, 0, 1e-4},
+		{"widefield RL free", wf, decon.RichardsonLucy, 0, 1e-5},
+		{"lightsheet RL-TV free damped", ls, decon.RichardsonLucyTV, 0.2, 1e-5},
 	} {
 		sc := decon.NewScene(11, 6, 300, 420, c.k, 3)
 		p := decon.Params{Algorithm: c.alg, Iterations: 25, StopCriterion: 5, Damping: c.damp, HistClip: 0.01}
+		if strings.HasSuffix(c.name, "free") || strings.Contains(c.name, "free ") {
+			p.Boundary = decon.BoundaryFree
+		}
 		want, ws, err := decon.CPU{}.Deconvolve(context.Background(), sc.Noisy, c.k, p)
 		if err != nil {
 			t.Fatal(err)
@@ -114,7 +125,7 @@ func deconCapFor(n, h, w int, k *psf.Kernel, p decon.Params, div int) int64 {
 	if p.Biggs() {
 		arrays = 8
 	}
-	wh := g.PH/div + 2*decon.Halo(k, p.Damping)
+	wh := g.PH/div + 2*p.HaloRows(k)
 	c := 2*arrays*int64(pn)*int64(wh)*int64(g.PW)*4 + deconSlack
 	if deconUseFFT(k) {
 		c += deconFFTBytes(deconFFTDims(pn, wh, g.PW, k))
@@ -126,7 +137,7 @@ func deconCapFor(n, h, w int, k *psf.Kernel, p decon.Params, div int) int64 {
 // exceed, the stack is streamed through the device in >= 3 y-slabs (state in
 // pinned host memory) and the result equals the resident one (tolerance
 // 1e-4 of the maximum; the convolutions are exact per slab, so 0 is
-// expected), for RL and Biggs-Andrews, with and without damping, in the
+// expected), for RL, Biggs-Andrews and RL-TV, with and without damping, in the
 // three forms (host float32, host uint16, device buffers).
 func TestDeconStreamed(t *testing.T) {
 	ls, wf := deconPSFs(t)
@@ -142,9 +153,16 @@ func TestDeconStreamed(t *testing.T) {
 		{"lightsheet RL damped", ls, decon.RichardsonLucy, 0.2},
 		{"widefield Biggs damped", wf, decon.BiggsAndrews, 0.1},
 		{"widefield RL", wf, decon.RichardsonLucy, 0},
+		{"lightsheet RL-TV", ls, decon.RichardsonLucyTV, 0},
+		{"widefield RL-TV damped", wf, decon.RichardsonLucyTV, 0.1},
+		{"lightsheet RL free", ls, decon.RichardsonLucy, 0},
+		{"widefield Biggs free", wf, decon.BiggsAndrews, 0},
 	} {
 		sc := decon.NewScene(21, 6, 150, 200, c.k, 3)
 		p := decon.Params{Algorithm: c.alg, Iterations: 12, StopCriterion: 5, Damping: c.damp, HistClip: 0.01}
+		if strings.HasSuffix(c.name, "free") {
+			p.Boundary = decon.BoundaryFree
+		}
 		one, s1, err := testEngine.Deconvolver().Deconvolve(ctx, sc.Noisy, c.k, p)
 		if err != nil {
 			t.Fatal(err)
@@ -261,6 +279,8 @@ func TestDeconFFT(t *testing.T) {
 	}{
 		{"65x65x1 RL", deconGauss(1, 65, 65, 1, 9, 9), 3, 40, 48, decon.RichardsonLucy, false},
 		{"33x33x3 RL", deconGauss(3, 33, 33, 0.8, 5, 5), 4, 96, 64, decon.RichardsonLucy, true},
+		{"33x33x3 RL-TV", deconGauss(3, 33, 33, 0.8, 5, 5), 4, 96, 64, decon.RichardsonLucyTV, true},
+		{"33x33x3 RL free", deconGauss(3, 33, 33, 0.8, 5, 5), 4, 96, 64, decon.RichardsonLucy, true},
 		{"15x15x9 Biggs", deconGauss(9, 15, 15, 2, 2.5, 2.5), 12, 48, 64, decon.BiggsAndrews, true},
 	} {
 		if !deconUseFFT(c.k) {
@@ -268,6 +288,9 @@ func TestDeconFFT(t *testing.T) {
 		}
 		sc := decon.NewScene(31, c.n, c.h, c.w, c.k, 3)
 		p := decon.Params{Algorithm: c.alg, Iterations: 8, StopCriterion: -1e9, HistClip: 0.01}
+		if strings.HasSuffix(c.name, "free") {
+			p.Boundary = decon.BoundaryFree
+		}
 		want, ws, err := decon.CPU{}.Deconvolve(ctx, sc.Noisy, c.k, p)
 		if err != nil {
 			t.Fatal(err)

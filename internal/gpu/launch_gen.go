@@ -24,7 +24,7 @@ var kernelModules = []kernelModule{
 	{"align", []string{"crop_means", "crop_pack", "cross_power", "pcm_peaks", "ncc_sums"}},
 	{"basic", []string{"alm_mean_img", "alm_sort", "alm_norms", "alm_gram", "alm_reset_pix", "alm_reset_elem", "alm_reset_scalars", "alm_flat_in", "alm_flat_shrink", "alm_masks", "alm_pass", "alm_control", "alm_dark_a1", "alm_dark_soft", "alm_dark_out", "alm_end_offset", "alm_reweight", "alm_reweight_scale", "alm_end_flat", "fill_f64", "dct_pass", "flat_normalise"}},
 	{"blend", []string{"correct_u16", "quantize_f32", "normalize_u16", "blend_f32", "correct_blend_u16"}},
-	{"decon", []string{"decon_pad", "decon_check", "decon_conv", "decon_conv_k1_z1", "decon_conv_k1_z4", "decon_conv_k3_z1", "decon_conv_k3_z4", "decon_conv_k5_z1", "decon_conv_k5_z4", "decon_conv_k7_z1", "decon_conv_k7_z4", "decon_conv_k9_z1", "decon_conv_k9_z4", "decon_conv_k11_z1", "decon_conv_k11_z4", "decon_conv_k13_z1", "decon_conv_k13_z4", "decon_conv_k15_z1", "decon_conv_k15_z4", "decon_damp", "decon_predict", "decon_rows", "decon_sums", "decon_hist", "decon_scale", "decon_quantize", "decon_fft_place", "decon_fft_mul", "decon_fft_take"}},
+	{"decon", []string{"decon_pad", "decon_check", "decon_conv", "decon_conv_k1_z1", "decon_conv_k1_z4", "decon_conv_k3_z1", "decon_conv_k3_z4", "decon_conv_k5_z1", "decon_conv_k5_z4", "decon_conv_k7_z1", "decon_conv_k7_z4", "decon_conv_k9_z1", "decon_conv_k9_z4", "decon_conv_k11_z1", "decon_conv_k11_z4", "decon_conv_k13_z1", "decon_conv_k13_z4", "decon_conv_k15_z1", "decon_conv_k15_z4", "decon_damp", "decon_tv", "decon_free", "decon_box_zero", "decon_predict", "decon_rows", "decon_sums", "decon_hist", "decon_scale", "decon_quantize", "decon_fft_place", "decon_fft_mul", "decon_fft_take"}},
 	{"edf", []string{"edf_gate_u16", "edf_gate_f32", "edf_gauss_y_u16", "edf_gauss_y_f32", "edf_gauss_x", "edf_var_argmax", "edf_gather_u16", "edf_gather_f32", "edf_wl_load_u16", "edf_wl_load_f32", "edf_wl_atrous_y", "edf_wl_atrous_x", "edf_wl_select", "edf_wl_low", "edf_wl_majority", "edf_wl_comp_init", "edf_wl_synth", "edf_wl_out_u16", "edf_wl_map_index", "edf_wl_out_f32"}},
 	{"register", []string{"reg_downsample", "reg_warp", "reg_block_sample", "reg_block_window", "reg_cross_power", "reg_pcm_peak"}},
 	{"resize", []string{"resize_y_u16", "resize_y_f32", "resize_y_f64", "resize_x_f64", "resize_x_f32"}},
@@ -408,7 +408,44 @@ func (e *Engine) launchDeconDamp(d dim, a cu.DevicePtr, y cu.DevicePtr, b cu.Dev
 	e.launchArgs("decon_damp", d, uint64(a), uint64(y), uint64(b), uint64(math.Float32bits(oml)), uint64(math.Float32bits(l)), uint64(n))
 }
 
-// launchDeconPredict launches kernel decon_predict (kernels/decon.cu:279).
+// launchDeconTv launches kernel decon_tv (kernels/decon.cu:311).
+//
+// decon_tv: the RL-TV update of Dey et al. on a window (nz, ny, nx):
+// a = a*y / (1 - lambda*div(grad y/|grad y|)) per plane (decon.TVFactor),
+// then, when damp, a = oml*a + l*b (b = conv(y, R)). a holds conv(obs /
+// conv(y, k), flip k) on entry (divided by the free boundary's alpha).
+// lambda = 0 (the free boundary without TV) skips the TV factor.
+//
+//	extern "C" __global__ void decon_tv(float* a, const float* y, const float* b, int nz, int ny, int nx, float lambda, float eps2, int damp, float oml, float l)
+func (e *Engine) launchDeconTv(d dim, a cu.DevicePtr, y cu.DevicePtr, b cu.DevicePtr, nz int, ny int, nx int, lambda float32, eps2 float32, damp int, oml float32, l float32) {
+	e.launchArgs("decon_tv", d, uint64(a), uint64(y), uint64(b), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(math.Float32bits(lambda)), uint64(math.Float32bits(eps2)), uint64(int64(damp)), uint64(math.Float32bits(oml)), uint64(math.Float32bits(l)))
+}
+
+// launchDeconFree launches kernel decon_free (kernels/decon.cu:359).
+//
+// decon_free: the free boundary's normalisation (decon.FreeAlpha.At and
+// FreeCorrect) of a window (nz, wh, nx) starting at padded row lo:
+// a = a / alpha, or 0 where alpha < amin; alpha is the sum of flip(k)
+// (kz, ky, kx) over the taps that reach the observed box
+// [z0, z1) x [y0, y1) x [x0, x1), from the summed-area table sat
+// ((kz+1) x (ky+1) x (kx+1), float64).
+//
+//	extern "C" __global__ void decon_free(float* a, const double* sat, int kz, int ky, int kx, int nz, int wh, int nx, int lo, int z0, int z1, int y0, int y1, int x0, int x1, float amin)
+func (e *Engine) launchDeconFree(d dim, a cu.DevicePtr, sat cu.DevicePtr, kz int, ky int, kx int, nz int, wh int, nx int, lo int, z0 int, z1 int, y0 int, y1 int, x0 int, x1 int, amin float32) {
+	e.launchArgs("decon_free", d, uint64(a), uint64(sat), uint64(int64(kz)), uint64(int64(ky)), uint64(int64(kx)), uint64(int64(nz)), uint64(int64(wh)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(z0)), uint64(int64(z1)), uint64(int64(y0)), uint64(int64(y1)), uint64(int64(x0)), uint64(int64(x1)), uint64(math.Float32bits(amin)))
+}
+
+// launchDeconBoxZero launches kernel decon_box_zero (kernels/decon.cu:385).
+//
+// decon_box_zero: s (nz, ny, nx) = 0 outside the box [z0, z1) x [y0, y1) x
+// [x0, x1) (decon.ZeroOutside: the free boundary fits observed voxels only).
+//
+//	extern "C" __global__ void decon_box_zero(float* s, int nz, int ny, int nx, int z0, int z1, int y0, int y1, int x0, int x1)
+func (e *Engine) launchDeconBoxZero(d dim, s cu.DevicePtr, nz int, ny int, nx int, z0 int, z1 int, y0 int, y1 int, x0 int, x1 int) {
+	e.launchArgs("decon_box_zero", d, uint64(s), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(z0)), uint64(int64(z1)), uint64(int64(y0)), uint64(int64(y1)), uint64(int64(x0)), uint64(int64(x1)))
+}
+
+// launchDeconPredict launches kernel decon_predict (kernels/decon.cu:398).
 //
 // decon_predict: y = max(x + alpha*(x - xp), 0) (Biggs-Andrews prediction).
 //
@@ -417,7 +454,7 @@ func (e *Engine) launchDeconPredict(d dim, y cu.DevicePtr, x cu.DevicePtr, xp cu
 	e.launchArgs("decon_predict", d, uint64(y), uint64(x), uint64(xp), uint64(math.Float32bits(alpha)), uint64(n))
 }
 
-// launchDeconRows launches kernel decon_rows (kernels/decon.cu:294).
+// launchDeconRows launches kernel decon_rows (kernels/decon.cu:413).
 //
 // decon_rows: copy rows [lo, lo+wh) of every plane of src (nz, ph, nx) into
 // dst (nz, wh, nx) (dir 0), or the core rows back: dst (nz, ph, nx) rows
@@ -428,20 +465,24 @@ func (e *Engine) launchDeconRows(d dim, dst cu.DevicePtr, src cu.DevicePtr, nz i
 	e.launchArgs("decon_rows", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(int64(dir)))
 }
 
-// launchDeconSums launches kernel decon_sums (kernels/decon.cu:316).
+// launchDeconSums launches kernel decon_sums (kernels/decon.cu:439).
 //
 // decon_sums over the core rows [c0, c1) of a window (nz, wh, nx) starting
 // at padded row lo: sums[0] += w[z]*(cur - nw)^2; for Biggs (g != 0) also
 // G = nw - y is written to g (padded layout, ph rows) and, when gp != 0,
-// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. w: plane weights (the
-// multiplicity of a plane in the padded z axis; 1 when planes are padded).
+// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. The sums take only the voxels
+// whose plane, padded row (row0 + c0 + core row) and column lie in the box
+// [bz0, bz1) x [by0, by1) x [bx0, bx1) (the observed voxels of the free
+// boundary; the whole window otherwise). w: plane weights (the
+// multiplicity of a plane in the padded z axis; 1 when planes are padded or
+// the boundary is free).
 //
-//	extern "C" __global__ void decon_sums(const float* cur, const float* nw, const float* y, float* g, const float* gp, const double* w, int nz, int ph, int nx, int lo, int wh, int c0, int c1, double* sums)
-func (e *Engine) launchDeconSums(d dim, cur cu.DevicePtr, nw cu.DevicePtr, y cu.DevicePtr, g cu.DevicePtr, gp cu.DevicePtr, w cu.DevicePtr, nz int, ph int, nx int, lo int, wh int, c0 int, c1 int, sums cu.DevicePtr) {
-	e.launchArgs("decon_sums", d, uint64(cur), uint64(nw), uint64(y), uint64(g), uint64(gp), uint64(w), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(sums))
+//	extern "C" __global__ void decon_sums(const float* cur, const float* nw, const float* y, float* g, const float* gp, const double* w, int nz, int ph, int nx, int lo, int wh, int c0, int c1, double* sums, int row0, int bz0, int bz1, int by0, int by1, int bx0, int bx1)
+func (e *Engine) launchDeconSums(d dim, cur cu.DevicePtr, nw cu.DevicePtr, y cu.DevicePtr, g cu.DevicePtr, gp cu.DevicePtr, w cu.DevicePtr, nz int, ph int, nx int, lo int, wh int, c0 int, c1 int, sums cu.DevicePtr, row0 int, bz0 int, bz1 int, by0 int, by1 int, bx0 int, bx1 int) {
+	e.launchArgs("decon_sums", d, uint64(cur), uint64(nw), uint64(y), uint64(g), uint64(gp), uint64(w), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(sums), uint64(int64(row0)), uint64(int64(bz0)), uint64(int64(bz1)), uint64(int64(by0)), uint64(int64(by1)), uint64(int64(bx0)), uint64(int64(bx1)))
 }
 
-// launchDeconHist launches kernel decon_hist (kernels/decon.cu:369).
+// launchDeconHist launches kernel decon_hist (kernels/decon.cu:496).
 //
 // decon_hist: histogram of the bits of |x| over the cropped region: the
 // value's bits u count in bin (u >> shift) & mask when all = 1 or
@@ -452,7 +493,7 @@ func (e *Engine) launchDeconHist(d dim, bins cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_hist", d, uint64(bins), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(shift)), uint64(int64(mask)), uint64(int64(all)), uint64(int64(mshift)), uint64(match))
 }
 
-// launchDeconScale launches kernel decon_scale (kernels/decon.cu:391).
+// launchDeconScale launches kernel decon_scale (kernels/decon.cu:518).
 //
 // decon_scale: out (n, h, w) = (clip(|x|, lo, hi) - lo)/(hi - lo)*rawMax in
 // float64 (decon.Rescale), or |x| when scale = 0 (decon.Crop).
@@ -462,7 +503,7 @@ func (e *Engine) launchDeconScale(d dim, out cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_scale", d, uint64(out), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(scale)), math.Float64bits(lo), math.Float64bits(hi), math.Float64bits(rawMax))
 }
 
-// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:413).
+// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:540).
 //
 // decon_quantize: dst = round-half-up clip(src, 0, 65535) (decon.Quantize).
 //
@@ -471,7 +512,7 @@ func (e *Engine) launchDeconQuantize(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_quantize", d, uint64(dst), uint64(src), uint64(n))
 }
 
-// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:435).
+// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:562).
 //
 // decon_fft_place: dst (fz, fy, fx) = src (nz, ny, nx) at the origin, zero elsewhere.
 //
@@ -480,7 +521,7 @@ func (e *Engine) launchDeconFftPlace(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_fft_place", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(fz)), uint64(int64(fy)), uint64(int64(fx)))
 }
 
-// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:449).
+// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:576).
 //
 // decon_fft_mul: s = s * k * scale (complex, interleaved), n values.
 //
@@ -489,7 +530,7 @@ func (e *Engine) launchDeconFftMul(d dim, s cu.DevicePtr, k cu.DevicePtr, scale 
 	e.launchArgs("decon_fft_mul", d, uint64(s), uint64(k), uint64(math.Float32bits(scale)), uint64(n))
 }
 
-// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:462).
+// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:589).
 //
 // decon_fft_take: v = src (fz, fy, fx) at (z+cz, y+cy, x+cx); dst (nz, ny, nx)
 // gets v, aux/max(v, eps) (mode 1) or v*aux (mode 2), as decon_conv.

@@ -32,8 +32,9 @@ func main() {
         TIFF) with the PSF and settings of --channel; writes a multi-page
         uint16 TIFF.
 Settings: the decon: block of the config (psf_model lightsheet|widefield,
-algorithm richardson_lucy|biggs_andrews, iterations 25, stop_criterion 5 %,
-damping 0, hist_clip 0.01 %, slit_aperture 6.5 mm, f_cyl 1 mm,
+algorithm richardson_lucy|biggs_andrews|richardson_lucy_tv, iterations 25,
+stop_criterion 5 %, damping 0, tv_lambda 0 = 0.002, boundary free|mirror,
+hist_clip 0.01 %, slit_aperture 6.5 mm, f_cyl 1 mm,
 memory_budget_mb 0 = automatic) and the microscope keys (xy_pixel_size,
 z_step_size, numerical_aperture, tissue_refractive_index, wavelengths).
 The device is the GPU unless --device cpu (or KINTSUGI_DEVICE_MODE=cpu) is

@@ -275,6 +275,125 @@ extern "C" __global__ void decon_damp(float* a, const float* y, const float* b, 
     }
 }
 
+// voxel_zyx splits a linear index of an (nz, ny, nx) volume, x fastest.
+__device__ __forceinline__ void voxel_zyx(i64 i, int ny, int nx, int* z, int* y, int* x)
+{
+    *x = (int)(i % nx);
+    i64 r = i / nx;
+    *y = (int)(r % ny);
+    *z = (int)(r / ny);
+}
+
+// tv_norm: the normalised gradient n = grad u / sqrt(|grad u|^2 + eps2) at
+// (y, x) of one plane (ny, nx) of u: forward differences, 0 at the last
+// column/row (decon.TVFactor's norm, the same float32 expressions).
+__device__ __forceinline__ void tv_norm(const float* pl, int y, int x, int ny, int nx, float eps2, float* gx, float* gy)
+{
+    float c = pl[(i64)y * nx + x];
+    float dx = 0.0f, dy = 0.0f;
+    if (x + 1 < nx)
+        dx = pl[(i64)y * nx + x + 1] - c;
+    if (y + 1 < ny)
+        dy = pl[(i64)(y + 1) * nx + x] - c;
+    float s = dx * dx;
+    s = s + dy * dy;
+    s = s + eps2;
+    float m = sqrtf(s);
+    *gx = dx / m;
+    *gy = dy / m;
+}
+
+// decon_tv: the RL-TV update of Dey et al. on a window (nz, ny, nx):
+// a = a*y / (1 - lambda*div(grad y/|grad y|)) per plane (decon.TVFactor),
+// then, when damp, a = oml*a + l*b (b = conv(y, R)). a holds conv(obs /
+// conv(y, k), flip k) on entry (divided by the free boundary's alpha).
+// lambda = 0 (the free boundary without TV) skips the TV factor.
+extern "C" __global__ void decon_tv(float* a, const float* y, const float* b, int nz, int ny, int nx, float lambda, float eps2,
+    int damp, float oml, float l)
+{
+    i64 total = (i64)nz * ny * nx;
+    GRID_STRIDE(i, total)
+    {
+        int z, yy, x;
+        voxel_zyx(i, ny, nx, &z, &yy, &x);
+        float u = a[i] * y[i];
+        if (lambda != 0.0f) { // without TV (the free boundary alone) the factor is 1
+            const float* pl = y + (i64)z * ny * nx;
+            float gx, gy, lx = 0.0f, uy = 0.0f, t;
+            tv_norm(pl, yy, x, ny, nx, eps2, &gx, &gy);
+            if (x > 0)
+                tv_norm(pl, yy, x - 1, ny, nx, eps2, &lx, &t);
+            if (yy > 0)
+                tv_norm(pl, yy - 1, x, ny, nx, eps2, &t, &uy);
+            float d = gx - lx;
+            d = d + gy;
+            d = d - uy;
+            float q = lambda * d;
+            float den = 1.0f - q;
+            u = u / den;
+        }
+        if (damp) {
+            float v = oml * u;
+            float w = l * b[i];
+            u = v + w;
+        }
+        a[i] = u;
+    }
+}
+
+// tap_range: the taps [*t0, *t1) of a kernel n long whose 'same'
+// convolution at i reads a source sample in [lo, hi) (decon.tapRange).
+__device__ __forceinline__ void tap_range(int i, int n, int lo, int hi, int* t0, int* t1)
+{
+    int c = n / 2;
+    *t0 = max(0, i + c - hi + 1);
+    *t1 = min(n, i + c - lo + 1);
+}
+
+// decon_free: the free boundary's normalisation (decon.FreeAlpha.At and
+// FreeCorrect) of a window (nz, wh, nx) starting at padded row lo:
+// a = a / alpha, or 0 where alpha < amin; alpha is the sum of flip(k)
+// (kz, ky, kx) over the taps that reach the observed box
+// [z0, z1) x [y0, y1) x [x0, x1), from the summed-area table sat
+// ((kz+1) x (ky+1) x (kx+1), float64).
+extern "C" __global__ void decon_free(float* a, const double* sat, int kz, int ky, int kx, int nz, int wh, int nx, int lo,
+    int z0, int z1, int y0, int y1, int x0, int x1, float amin)
+{
+    i64 total = (i64)nz * wh * nx;
+    GRID_STRIDE(i, total)
+    {
+        int z, yy, x;
+        voxel_zyx(i, wh, nx, &z, &yy, &x);
+        int a0, a1, b0, b1, e0, e1;
+        tap_range(z, kz, z0, z1, &a0, &a1);
+        tap_range(lo + yy, ky, y0, y1, &b0, &b1);
+        tap_range(x, kx, x0, x1, &e0, &e1);
+        float al = 0.0f;
+        if (a0 < a1 && b0 < b1 && e0 < e1) {
+#define SAT(p, q, t) sat[((i64)(p) * (ky + 1) + (q)) * (kx + 1) + (t)]
+            double s = SAT(a1, b1, e1) - SAT(a0, b1, e1) - SAT(a1, b0, e1) - SAT(a1, b1, e0);
+            s = s + SAT(a0, b0, e1) + SAT(a0, b1, e0) + SAT(a1, b0, e0) - SAT(a0, b0, e0);
+#undef SAT
+            al = (float)s;
+        }
+        a[i] = al < amin ? 0.0f : a[i] / al;
+    }
+}
+
+// decon_box_zero: s (nz, ny, nx) = 0 outside the box [z0, z1) x [y0, y1) x
+// [x0, x1) (decon.ZeroOutside: the free boundary fits observed voxels only).
+extern "C" __global__ void decon_box_zero(float* s, int nz, int ny, int nx, int z0, int z1, int y0, int y1, int x0, int x1)
+{
+    i64 total = (i64)nz * ny * nx;
+    GRID_STRIDE(i, total)
+    {
+        int z, y, x;
+        voxel_zyx(i, ny, nx, &z, &y, &x);
+        if (!(z >= z0 && z < z1 && y >= y0 && y < y1 && x >= x0 && x < x1))
+            s[i] = 0.0f;
+    }
+}
+
 // decon_predict: y = max(x + alpha*(x - xp), 0) (Biggs-Andrews prediction).
 extern "C" __global__ void decon_predict(float* y, const float* x, const float* xp, float alpha, i64 n)
 {
@@ -311,10 +430,15 @@ extern "C" __global__ void decon_rows(float* dst, const float* src, int nz, int 
 // decon_sums over the core rows [c0, c1) of a window (nz, wh, nx) starting
 // at padded row lo: sums[0] += w[z]*(cur - nw)^2; for Biggs (g != 0) also
 // G = nw - y is written to g (padded layout, ph rows) and, when gp != 0,
-// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. w: plane weights (the
-// multiplicity of a plane in the padded z axis; 1 when planes are padded).
+// sums[1] += w[z]*G*Gp, sums[2] += w[z]*Gp^2. The sums take only the voxels
+// whose plane, padded row (row0 + c0 + core row) and column lie in the box
+// [bz0, bz1) x [by0, by1) x [bx0, bx1) (the observed voxels of the free
+// boundary; the whole window otherwise). w: plane weights (the
+// multiplicity of a plane in the padded z axis; 1 when planes are padded or
+// the boundary is free).
 extern "C" __global__ void decon_sums(const float* cur, const float* nw, const float* y, float* g, const float* gp,
-    const double* w, int nz, int ph, int nx, int lo, int wh, int c0, int c1, double* sums)
+    const double* w, int nz, int ph, int nx, int lo, int wh, int c0, int c1, double* sums,
+    int row0, int bz0, int bz1, int by0, int by1, int bx0, int bx1)
 {
     __shared__ double scratch[32];
     int rows = c1 - c0;
@@ -329,11 +453,14 @@ extern "C" __global__ void decon_sums(const float* cur, const float* nw, const f
         i64 li = ((i64)z * wh + c0 - lo + yy) * nx + x;
         double wz = w[z];
         double d = (double)cur[li] - (double)nw[li];
-        s0 += wz * (d * d);
+        int py = row0 + c0 + yy;
+        bool in = z >= bz0 && z < bz1 && py >= by0 && py < by1 && x >= bx0 && x < bx1;
+        if (in)
+            s0 += wz * (d * d);
         if (g) {
             float gv = nw[li] - y[li];
             i64 gi = ((i64)z * ph + c0 + yy) * nx + x;
-            if (gp) {
+            if (gp && in) {
                 double q = (double)gp[gi];
                 s1 += wz * ((double)gv * q);
                 s2 += wz * (q * q);
