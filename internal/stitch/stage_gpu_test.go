@@ -45,3 +45,21 @@ func TestStageGPUMatchesCPU(t *testing.T) {
 	runStage(t, cfg, g, 4, DefaultGPUBatch, gpu)
 	compareStage(t, cfg, cpu, gpu, gpuStageTol)
 }
+
+// TestStageGPUMatchesCPUEnvelope is TestStageGPUMatchesCPU with
+// stitching.profile_mode envelope_darkfield: the mode runs on the engine's
+// own Fit (darkfield estimation off, the channel's darkfield subtracted
+// first), so the CUDA engine's profiles and mosaics follow the CPU's.
+func TestStageGPUMatchesCPUEnvelope(t *testing.T) {
+	cfg := project(t)
+	cfg.Stitching.ProfileMode = "envelope_darkfield"
+	g, err := cuda.Open(cuda.Options{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	cpu, gpu := filepath.Join(t.TempDir(), "cpu"), filepath.Join(t.TempDir(), "gpu")
+	runStage(t, cfg, NewCPUEngine(4), 4, 0, cpu)
+	runStage(t, cfg, g, 4, DefaultGPUBatch, gpu)
+	compareStage(t, cfg, cpu, gpu, gpuStageTol)
+}
