@@ -882,6 +882,19 @@ func ParametersText(cfg *config.Config, o Options, res *Result) string {
 		w("psf file voxel size: %g nm x %g nm x %g nm (centred on its %s)", xy, xy, z, c)
 	}
 	w("algorithm: %s", cfg.Decon.Algorithm)
+	if p, err := Params(cfg); err == nil {
+		b, tv := p.Boundary, p.TV
+		if b == "" {
+			b = decon.BoundaryMirror
+		}
+		w("boundary: %s", b)
+		if cfg.Decon.Algorithm == decon.RichardsonLucyTV {
+			if tv == 0 {
+				tv = decon.DefaultTV
+			}
+			w("total variation lambda: %g", tv)
+		}
+	}
 	w("focal length of cylinder lens (mm): %g", cfg.Decon.FCyl)
 	w("width of slit aperture (mm): %g", cfg.Decon.SlitAperture)
 	w("histogram clipping value (%%): %g", cfg.Decon.HistClip)

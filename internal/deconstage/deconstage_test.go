@@ -130,6 +130,9 @@ func TestRunCPU(t *testing.T) {
 	if err != nil || !strings.Contains(string(par), "size of PSF (pixel): 9 x 9 x 1") && !strings.Contains(string(par), "size of PSF (pixel): 7 x 7 x 1") {
 		t.Errorf("parameters file: %v\n%s", err, par)
 	}
+	if !strings.Contains(string(par), "boundary: free\n") { // the default (config.DefaultDecon)
+		t.Errorf("parameters file does not name the boundary:\n%s", par)
+	}
 	ents, _ := os.ReadDir(filepath.Dir(out))
 	if len(ents) != 1 {
 		t.Errorf("deconvolved/ holds %d entries, want only cyc01 (no staging leftovers)", len(ents))
