@@ -127,7 +127,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer ef.Abort()
-	s := &sink{df: df, ef: ef, lg: lg, cfg: o.Config, cycle: o.Cycle, workers: max(1, o.Workers), summary: !o.KeepIntermediates,
+	s := &sink{df: df, ef: ef, cfg: o.Config, cycle: o.Cycle, workers: max(1, o.Workers), summary: !o.KeepIntermediates,
 		onDevice: membudget.EngineMemoryOf(o.Engines.Decon, membudget.EngineMemory{}).OnDevice}
 	s.index = make(map[int]int, len(o.Config.Channels))
 	for i, ch := range o.Config.Channels {
@@ -174,14 +174,12 @@ func memKey(err error) error {
 type sink struct {
 	df       *deconstage.Fused
 	ef       *edfstage.Fused
-	lg       *slog.Logger
 	cfg      *config.Config
 	cycle    int
 	workers  int
 	onDevice bool        // the decon engine keeps its data on the device
 	summary  bool        // planes not written: their QC summaries are (qc.Summarizer)
 	index    map[int]int // channel number -> config index
-	zs       []int       // z-plane numbers, ascending
 	zi       map[int]int // z-plane number -> 0-based index
 	n, h, w  int         // planes per channel, mosaic size px
 	dir      string      // the stitch stage's staging directory
@@ -223,7 +221,7 @@ func (s *sink) Reserve(h, w, n int) int64 {
 
 // Begin sizes the decon and EDF stages for the mosaic.
 func (s *sink) Begin(ctx context.Context, dir string, h, w int, zs []int) error {
-	s.dir, s.n, s.h, s.w, s.zs = dir, len(zs), h, w, zs
+	s.dir, s.n, s.h, s.w = dir, len(zs), h, w
 	s.zi = make(map[int]int, len(zs))
 	for i, z := range zs {
 		s.zi[z] = i

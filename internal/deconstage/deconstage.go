@@ -335,10 +335,7 @@ func ReadStack(ctx context.Context, paths []string, w, h, workers int) (*raster.
 		if img.W != w || img.H != h {
 			return staging.Inputf("%s is %dx%d, want %dx%d", paths[i], img.W, img.H, w, h)
 		}
-		dst := st.Plane(i)
-		for j, v := range img.Pix {
-			dst[j] = float32(v)
-		}
+		toCounts(st.Plane(i), img.Pix)
 		return nil
 	})
 	return st, err
@@ -385,9 +382,7 @@ func ReadTileStack(path string) (*raster.Stack, error) {
 		if p.W != st.W || p.H != st.H {
 			return nil, staging.Inputf("--in %s: plane %d is %dx%d, plane 1 is %dx%d", path, i+1, p.W, p.H, st.W, st.H)
 		}
-		for j, v := range p.Pix {
-			st.Pix[i*st.H*st.W+j] = float32(v)
-		}
+		toCounts(st.Plane(i), p.Pix)
 	}
 	return st, nil
 }

@@ -107,10 +107,7 @@ func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) error {
 	if in.dev != nil {
 		return in.dev.PutGray16(ctx, z, pg)
 	}
-	dst := in.st.Plane(z)
-	for k, v := range pg.Pix {
-		dst[k] = float32(v)
-	}
+	toCounts(in.st.Plane(z), pg.Pix)
 	return nil
 }
 
@@ -154,23 +151,13 @@ func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.G
 
 // devChannel is Channel on the device-buffer form (runPlanes' path).
 func (f *Fused) devChannel(ctx context.Context, j *job, d decon.DeviceStack, c *Channel, emit func(int, *raster.Gray16) error) error {
-	t1 := time.Now()
-	res, s, err := f.r.pe.DeconvolveDeviceStack(ctx, d, j.k, j.p)
-	d.Free()
+	res, err := deconvolveOnDevice(ctx, f.r.pe, j, d, c)
 	if err != nil {
 		return err
 	}
 	defer res.Free()
-	c.Stats = s
-	c.Seconds = time.Since(t1).Seconds()
 	t2 := time.Now()
-	err = par.ForEach(ctx, j.n, f.r.io, func(z int) error {
-		pg := raster.NewGray16(j.w, j.h)
-		if err := res.GetGray16(ctx, z, pg); err != nil {
-			return err
-		}
-		return emit(z, pg)
-	})
+	err = downloadEach(ctx, res, j, f.r.io, emit)
 	c.WriteSec = time.Since(t2).Seconds()
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -47,15 +48,11 @@ func runPlanes(ctx context.Context, e PlaneEngine, j *job, in input, workers int
 			return nil, err
 		}
 	}
-	t1 := time.Now()
-	out, s, err := e.DeconvolveDeviceStack(ctx, d, j.k, j.p)
-	d.Free()
+	out, err := deconvolveOnDevice(ctx, e, j, d, c)
 	if err != nil {
 		return nil, err
 	}
 	defer out.Free()
-	c.Stats = s
-	c.Seconds = time.Since(t1).Seconds()
 	if err := waitBehind(); err != nil {
 		return nil, err
 	}
@@ -70,16 +67,44 @@ func runPlanes(ctx context.Context, e PlaneEngine, j *job, in input, workers int
 		return pages, nil
 	}
 	t2 := time.Now()
-	err = par.ForEach(ctx, n, workers, func(z int) error {
-		pg := raster.NewGray16(j.w, j.h)
-		if err := out.GetGray16(ctx, z, pg); err != nil {
-			return err
-		}
-		return tiffio.WriteGray16(path(z), pg)
-	})
+	err = downloadEach(ctx, out, j, workers, func(z int, pg *raster.Gray16) error { return tiffio.WriteGray16(path(z), pg) })
 	if err != nil {
 		return nil, fmt.Errorf("write: %w", err)
 	}
 	c.WriteSec = time.Since(t2).Seconds()
 	return nil, nil
+}
+
+// deconvolveOnDevice deconvolves job j's filled device stack d on e, frees
+// d and records the stats and the time in c; the result stays on the
+// device (the caller frees it).
+func deconvolveOnDevice(ctx context.Context, e PlaneEngine, j *job, d decon.DeviceStack, c *Channel) (decon.DeviceStack, error) {
+	t1 := time.Now()
+	out, s, err := e.DeconvolveDeviceStack(ctx, d, j.k, j.p)
+	d.Free()
+	if err != nil {
+		return nil, err
+	}
+	c.Stats = s
+	c.Seconds = time.Since(t1).Seconds()
+	return out, nil
+}
+
+// downloadEach brings every plane of job j's result out back rounded to
+// uint16 (workers at once) and hands each, plane z 0-based, to fn.
+func downloadEach(ctx context.Context, out decon.DeviceStack, j *job, workers int, fn func(z int, pg *raster.Gray16) error) error {
+	return par.ForEach(ctx, j.n, workers, func(z int) error {
+		pg := raster.NewGray16(j.w, j.h)
+		if err := out.GetGray16(ctx, z, pg); err != nil {
+			return err
+		}
+		return fn(z, pg)
+	})
+}
+
+// toCounts converts a uint16 plane into float32 counts (dst, len(src)).
+func toCounts(dst []float32, src []uint16) {
+	for i, v := range src {
+		dst[i] = float32(v)
+	}
 }

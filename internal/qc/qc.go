@@ -403,10 +403,7 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 		if block > 0 {
 			chm.FocusMap = bestPlanes(bf, chm.Planes, block, bnx)
 		}
-		img, f := Overview(proj, opt.OverviewPx)
-		chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", layout.CycleName(cj.cycle), chj.channel)
-		chm.Factor = f
-		if err := writePNG(filepath.Join(dir, chm.Overview), img); err != nil {
+		if err := writeOverview(&chm, cj.cycle, proj, dir, opt); err != nil {
 			return nil, err
 		}
 		cm.Channels = append(cm.Channels, chm)
@@ -432,13 +429,19 @@ func summaryMetrics(cycle int, chj channelJob, dir string, opt Options) (*Channe
 	if sum.BlockPx > 0 {
 		chm.FocusMap = bestPlanes(sum.Focus, chm.Planes, sum.BlockPx, sum.NX)
 	}
-	img, f := Overview(proj, opt.OverviewPx)
-	chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", layout.CycleName(cycle), chj.channel)
-	chm.Factor = f
-	if err := writePNG(filepath.Join(dir, chm.Overview), img); err != nil {
+	if err := writeOverview(chm, cycle, proj, dir, opt); err != nil {
 		return nil, err
 	}
 	return chm, nil
+}
+
+// writeOverview writes the overview PNG of channel chm of a cycle from
+// proj (its maximum over z) into dir and records its name and downsampling.
+func writeOverview(chm *ChannelMetrics, cycle int, proj *raster.Gray16, dir string, opt Options) error {
+	img, f := Overview(proj, opt.OverviewPx)
+	chm.Overview = fmt.Sprintf("%s_CH%d_overview.png", layout.CycleName(cycle), chm.Channel)
+	chm.Factor = f
+	return writePNG(filepath.Join(dir, chm.Overview), img)
 }
 
 // bestPlanes is the focus map from every plane's BlockFocus (same block

@@ -183,7 +183,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	r.tm.Write = r.w.seconds()
 	r.tm.Total = since(start)
-	if err := writeSentinel(layout.Sentinel(stage.Path), o, r.cyc, o.Engine.Name(), r.tm, r.refits, r.fallbacks); err != nil {
+	if err := writeSentinel(layout.Sentinel(stage.Path), o, r.cyc, o.Engine.Name(), r.mode, r.tm, r.refits, r.fallbacks); err != nil {
 		return nil, err
 	}
 	if err := stage.Commit(); err != nil {
@@ -700,7 +700,7 @@ func count(v []bool) int {
 func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
 
 // sentinel lines in the original's key=value form.
-func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm Timings, refits, fallbacks int) error {
+func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, mode basic.ProfileMode, tm Timings, refits, fallbacks int) error {
 	chs := make([]string, len(cyc.Channels))
 	for i, c := range cyc.Channels {
 		chs[i] = fmt.Sprint(c)
@@ -718,8 +718,8 @@ func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, tm
 		{"basic_refits", fmt.Sprint(refits)},
 		{"basic_uniform_fallbacks", fmt.Sprint(fallbacks)},
 	}
-	if mode := o.Config.Stitching.ProfileMode; mode != "" && mode != basic.ProfileModeNames[basic.ModeCompatible] {
-		kv = append(kv, [2]string{"profile_mode", mode})
+	if mode != basic.ModeCompatible {
+		kv = append(kv, [2]string{"profile_mode", basic.ProfileModeNames[mode]})
 	}
 	return staging.WriteSentinel(path, kv)
 }
