@@ -28,6 +28,12 @@ job() { # name mem_mb exe args...: one job, its wall time and peak memory
   local peak; peak=$(grep -o 'vmhwm_mib=[0-9]*' "$d/$name.log" | tail -1 | cut -d= -f2)
   printf '%-28s %7.1f s  peak %6s MiB  (mem_mb %s)\n' "$name" "$(secs "$t0" "$t1")" "$peak" "$mem"
 }
+qcsums() { # the QC of stitch and decon (all cpus, not timed), time stamps masked: one hash per file
+  local st; for st in stitch decon; do "$bin/kintsugi-qc" run --stage $st --config "$cfg" > "$d/qc-$st.log" 2>&1 || { tail -5 "$d/qc-$st.log"; exit 1; }; done
+  (cd "$d/qc_plots" && find stitch decon -type f | sort | while read -r f; do
+    printf '%s %s\n' "$(sed -E 's/[0-9]{4}-[0-9][0-9]-[0-9][0-9]T[0-9:.]+(Z|[+-][0-9][0-9]:[0-9][0-9])?//g; s/"[a-z_]*(seconds|elapsed)[a-z_]*": ?[0-9.e+-]+//g' "$f" | sha256sum | cut -c1-16)" "$f"; done) > "$1"
+  rm -rf "$d/qc_plots"
+}
 hashes() { (cd "$d/data/processed/" && find -L . -type f -name '*.tif' | sort | xargs -P 8 -n 16 sha256sum | sort -k2) > "$1"; }
 reset
 t0=$(date +%s%N)
@@ -36,6 +42,7 @@ job chain-decon 6144 "$bin/kintsugi-decon" run --config "$cfg" --cycle 1
 job chain-edf 4096 "$bin/kintsugi-edf" run --config "$cfg" --cycle 1
 printf '%-28s %7.1f s\n' "chain (three jobs)" "$(secs "$t0" "$(date +%s%N)")"
 hashes "$d/chain.sha"
+qcsums "$d/chain-qc.sha"
 reset
 job fused 12288 "$bin/kintsugi-cycle" run --config "$cfg" --cycle 1
 hashes "$d/fused.sha"
@@ -45,4 +52,6 @@ job fused-no-intermediates 12288 "$bin/kintsugi-cycle" run --config "$nofuse" --
 hashes "$d/nokeep.sha"
 grep '/edf/' "$d/chain.sha" > "$d/chain-edf.sha"; grep '/edf/' "$d/nokeep.sha" > "$d/nokeep-edf.sha"
 if cmp -s "$d/chain-edf.sha" "$d/nokeep-edf.sha"; then echo "no intermediates: EDF planes = chain's ($(wc -l < "$d/chain-edf.sha") files), $(wc -l < "$d/nokeep.sha") TIFF files written"; else echo "no intermediates: EDF DIFFERS"; fi
+qcsums "$d/nokeep-qc.sha"
+if cmp -s "$d/chain-qc.sha" "$d/nokeep-qc.sha"; then echo "no intermediates: QC of stitch and decon = the chain's ($(wc -l < "$d/chain-qc.sha") files: metrics, heatmaps, overviews)"; else echo "no intermediates: QC DIFFERS"; diff "$d/chain-qc.sha" "$d/nokeep-qc.sha" | head; fi
 grep -h "device memory" "$d/fused.log" "$d/fused-no-intermediates.log" || true

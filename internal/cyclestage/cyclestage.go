@@ -42,6 +42,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -227,6 +228,9 @@ func (s *sink) Begin(ctx context.Context, dir string, h, w int, zs []int) error 
 		s.zi[z] = i
 	}
 	s.sem = make(chan struct{}, s.workers)
+	if s.summary {
+		s.df.MeasureOnDevice(qc.Block(w, h))
+	}
 	if err := s.df.Geometry(ctx, s.n, h, w); err != nil {
 		return memKey(err)
 	}
@@ -242,14 +246,20 @@ func (s *sink) Plane(ctx context.Context, ch, z int, img *raster.Gray16) error {
 	if !ok || !okz {
 		return fmt.Errorf("cycle %d: plane CH%d Z%d not in the cycle", s.cycle, ch, z)
 	}
-	if err := s.df.Put(ctx, i, zi, img); err != nil {
+	m, err := s.df.Put(ctx, i, zi, img)
+	if err != nil {
 		return err
 	}
 	if s.summary {
 		if s.got == 0 {
 			s.sum = &pending{sum: qc.NewSummarizer(s.n, s.h, s.w)}
 		}
-		s.add(s.sum, zi, z, s.rel(layout.Stitched(s.cfg.ProjectDir, s.cycle), ch, layout.StitchedPlane(z)), img)
+		file := s.rel(layout.Stitched(s.cfg.ProjectDir, s.cycle), ch, layout.StitchedPlane(z))
+		if m != nil {
+			s.sum.sum.AddMeasure(zi, z, file, m)
+		} else {
+			s.add(s.sum, zi, z, file, img)
+		}
 	}
 	if s.got++; s.got < s.n {
 		return nil
@@ -298,9 +308,14 @@ func (s *sink) finish(ctx context.Context, i int, stitchSum *pending) error {
 		deconSum = qc.NewSummarizer(s.n, s.h, s.w)
 	}
 	deconDir := layout.Deconvolved(s.cfg.ProjectDir, s.cycle)
-	out := func(z int, pg *raster.Gray16) error {
+	out := func(z int, pg *raster.Gray16, m *planestats.Measure) error {
 		if deconSum != nil {
-			deconSum.Add(z, z+1, s.rel(deconDir, ch, layout.DeconPlane(z+1)), pg)
+			file := s.rel(deconDir, ch, layout.DeconPlane(z+1))
+			if m != nil {
+				deconSum.AddMeasure(z, z+1, file, m)
+			} else {
+				deconSum.Add(z, z+1, file, pg)
+			}
 		}
 		return s.ef.Put(ctx, i, z, pg)
 	}
@@ -312,6 +327,10 @@ func (s *sink) finish(ctx context.Context, i int, stitchSum *pending) error {
 	}
 	if s.summary {
 		stitchSum.wg.Wait()
+		if in, out := s.df.Maxima(i); in != nil && out != nil { // measured on the device
+			stitchSum.sum.SetMaxProjection(in)
+			deconSum.SetMaxProjection(out)
+		}
 		if err := stitchSum.sum.Write(filepath.Join(s.dir, layout.ChannelDir(ch))); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -40,14 +41,37 @@ type Fused struct {
 
 	done  int          // channels deconvolved
 	input []fusedInput // per channel, its planes handed in so far
+	block int          // > 0: measure the planes on the device in blocks of block px (MeasureOnDevice)
+	maxes [][2]*raster.Gray16
+}
+
+// meteredStack is a device stack that measures its planes on the device as
+// they go in and come out (the GPU engine's).
+type meteredStack interface {
+	NewMeter(ctx context.Context, block int) (planestats.Meter, error)
+	PutGray16Measured(ctx context.Context, z int, pg *raster.Gray16, m planestats.Meter) (*planestats.Measure, error)
+	GetGray16Measured(ctx context.Context, z int, dst *raster.Gray16, m planestats.Meter) (*planestats.Measure, error)
 }
 
 // fusedInput is a channel's input being handed in: its device stack
 // (plane form) or its host stack (stack form); neither: not begun.
 type fusedInput struct {
-	dev decon.DeviceStack
-	st  *raster.Stack
+	dev   decon.DeviceStack
+	st    *raster.Stack
+	meter planestats.Meter // measures the planes handed in (MeasureOnDevice)
 }
+
+// MeasureOnDevice asks for every plane's QC measure (planestats, in blocks
+// of block px) where the planes are on the device: the planes handed in
+// (Put's result) and the rounded planes handed on (out's m), and per
+// channel the maximum of each (Maxima). Channels whose planes are not on
+// a device that measures get nil measures: the caller measures those.
+func (f *Fused) MeasureOnDevice(block int) { f.block = block }
+
+// Maxima returns channel index i's pixelwise maximum over z of the planes
+// handed in and of the rounded planes, after its Channel, when they were
+// measured on the device (else nil, nil).
+func (f *Fused) Maxima(i int) (in, out *raster.Gray16) { return f.maxes[i][0], f.maxes[i][1] }
 
 // NewFused checks the settings (a bad one wraps ErrInput) and opens the
 // stage's staging directory; planes says whether the deconvolved planes are
@@ -63,7 +87,7 @@ func NewFused(ctx context.Context, o Options, planes bool) (*Fused, error) {
 		return nil, err
 	}
 	r.stageDir = stage.Path
-	return &Fused{r: r, stage: stage, start: time.Now(), planes: planes, input: make([]fusedInput, len(r.jobs))}, nil
+	return &Fused{r: r, stage: stage, start: time.Now(), planes: planes, input: make([]fusedInput, len(r.jobs)), maxes: make([][2]*raster.Gray16, len(r.jobs))}, nil
 }
 
 // Geometry makes every channel's job for n planes of h x w px and chooses
@@ -87,35 +111,54 @@ func (f *Fused) Geometry(ctx context.Context, n, h, w int) error {
 }
 
 // Put hands in plane z (0-based) of channel index i (config order) of
-// h x w px, planes in any order. pg is only read.
-func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) error {
+// h x w px, planes in any order. pg is only read. The plane's measure is
+// returned when it was measured on the device (MeasureOnDevice), else nil.
+func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) (*planestats.Measure, error) {
 	j, in := f.r.jobs[i], &f.input[i]
 	if pg.W != j.w || pg.H != j.h || z < 0 || z >= j.n {
-		return fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, pg.W, pg.H, j.n-1, j.w, j.h)
+		return nil, fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, pg.W, pg.H, j.n-1, j.w, j.h)
 	}
 	if in.dev == nil && in.st == nil {
-		if j.mode == modePlane {
-			d, err := f.r.pe.DeconDeviceStack(ctx, j.n, j.h, j.w)
-			if err != nil {
-				return fmt.Errorf("channel %d: %w", j.ch, algInput(err))
-			}
-			in.dev = d
-		} else {
-			in.st = raster.NewStack(j.n, j.h, j.w)
+		if err := f.begin(ctx, j, in); err != nil {
+			return nil, fmt.Errorf("channel %d: %w", j.ch, algInput(err))
 		}
 	}
+	if in.meter != nil {
+		return in.dev.(meteredStack).PutGray16Measured(ctx, z, pg, in.meter)
+	}
 	if in.dev != nil {
-		return in.dev.PutGray16(ctx, z, pg)
+		return nil, in.dev.PutGray16(ctx, z, pg)
 	}
 	toCounts(in.st.Plane(z), pg.Pix)
+	return nil, nil
+}
+
+// begin makes channel j's input: a device stack (plane form, with its
+// meter when measuring on a device that can) or a host stack.
+func (f *Fused) begin(ctx context.Context, j *job, in *fusedInput) error {
+	if j.mode != modePlane {
+		in.st = raster.NewStack(j.n, j.h, j.w)
+		return nil
+	}
+	d, err := f.r.pe.DeconDeviceStack(ctx, j.n, j.h, j.w)
+	if err != nil {
+		return err
+	}
+	in.dev = d
+	if ms, ok := d.(meteredStack); ok && f.block > 0 {
+		if in.meter, err = ms.NewMeter(ctx, f.block); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // Channel deconvolves channel index i from the planes Put and hands each
 // rounded plane z (0-based) to out (which must not keep it changed; it may
-// be called from several goroutines at once), after writing it when the
-// planes are kept.
-func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.Gray16) error) error {
+// be called from several goroutines at once) with its measure when it was
+// measured on the device (else nil), after writing it when the planes are
+// kept.
+func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.Gray16, m *planestats.Measure) error) error {
 	r, j, in := f.r, f.r.jobs[i], f.input[i]
 	f.input[i] = fusedInput{}
 	if in.dev == nil && in.st == nil {
@@ -127,17 +170,17 @@ func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.G
 	if err := os.MkdirAll(chDir, 0o777); err != nil {
 		return err
 	}
-	emit := func(z int, pg *raster.Gray16) error {
+	emit := func(z int, pg *raster.Gray16, m *planestats.Measure) error {
 		if f.planes {
 			if err := tiffio.WriteGray16(filepath.Join(chDir, layout.DeconPlane(z+1)), pg); err != nil {
 				return fmt.Errorf("write: %w", err)
 			}
 		}
-		return out(z, pg)
+		return out(z, pg, m)
 	}
 	var err error
 	if in.dev != nil {
-		err = f.devChannel(ctx, j, in.dev, c, emit)
+		err = f.devChannel(ctx, i, j, in, c, emit)
 	} else {
 		err = f.hostChannel(ctx, j, in.st, c, emit)
 	}
@@ -149,28 +192,52 @@ func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.G
 	return nil
 }
 
-// devChannel is Channel on the device-buffer form (runPlanes' path).
-func (f *Fused) devChannel(ctx context.Context, j *job, d decon.DeviceStack, c *Channel, emit func(int, *raster.Gray16) error) error {
-	res, err := deconvolveOnDevice(ctx, f.r.pe, j, d, c)
+// devChannel is Channel on the device-buffer form (runPlanes' path) of
+// channel index i; with a meter on the input it measures the rounded
+// planes too and keeps both maxima (Maxima).
+func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, c *Channel, emit func(int, *raster.Gray16, *planestats.Measure) error) error {
+	var inMax *raster.Gray16
+	if in.meter != nil {
+		var err error
+		inMax, err = in.meter.MaxProjection(ctx)
+		in.meter.Free()
+		if err != nil {
+			in.dev.Free()
+			return err
+		}
+	}
+	res, err := deconvolveOnDevice(ctx, f.r.pe, j, in.dev, c)
 	if err != nil {
 		return err
 	}
 	defer res.Free()
+	var meter planestats.Meter
+	if ms, ok := res.(meteredStack); ok && in.meter != nil {
+		if meter, err = ms.NewMeter(ctx, f.block); err != nil {
+			return err
+		}
+		defer meter.Free()
+	}
 	t2 := time.Now()
-	err = downloadEach(ctx, res, j, f.r.io, emit)
+	err = downloadEach(ctx, res, j, f.r.io, meter, emit)
 	c.WriteSec = time.Since(t2).Seconds()
+	if err != nil || meter == nil {
+		return err
+	}
+	outMax, err := meter.MaxProjection(ctx)
+	f.maxes[i] = [2]*raster.Gray16{inMax, outMax}
 	return err
 }
 
 // hostChannel is Channel on the host stack (runStack's path).
-func (f *Fused) hostChannel(ctx context.Context, j *job, st *raster.Stack, c *Channel, emit func(int, *raster.Gray16) error) error {
+func (f *Fused) hostChannel(ctx context.Context, j *job, st *raster.Stack, c *Channel, emit func(int, *raster.Gray16, *planestats.Measure) error) error {
 	pages, err := f.r.runStack(ctx, j, input{st: st}, c)
 	if err != nil {
 		return err
 	}
 	t2 := time.Now()
 	err = par.ForEach(ctx, len(pages), f.r.workers, func(z int) error {
-		err := emit(z, pages[z])
+		err := emit(z, pages[z], nil)
 		pages[z] = nil
 		return err
 	})
@@ -201,6 +268,9 @@ func (f *Fused) Abort() {
 	for i := range f.input {
 		if d := f.input[i].dev; d != nil {
 			d.Free()
+		}
+		if m := f.input[i].meter; m != nil {
+			m.Free()
 		}
 		f.input[i] = fusedInput{}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -67,7 +68,9 @@ func runPlanes(ctx context.Context, e PlaneEngine, j *job, in input, workers int
 		return pages, nil
 	}
 	t2 := time.Now()
-	err = downloadEach(ctx, out, j, workers, func(z int, pg *raster.Gray16) error { return tiffio.WriteGray16(path(z), pg) })
+	err = downloadEach(ctx, out, j, workers, nil, func(z int, pg *raster.Gray16, _ *planestats.Measure) error {
+		return tiffio.WriteGray16(path(z), pg)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("write: %w", err)
 	}
@@ -91,14 +94,22 @@ func deconvolveOnDevice(ctx context.Context, e PlaneEngine, j *job, d decon.Devi
 }
 
 // downloadEach brings every plane of job j's result out back rounded to
-// uint16 (workers at once) and hands each, plane z 0-based, to fn.
-func downloadEach(ctx context.Context, out decon.DeviceStack, j *job, workers int, fn func(z int, pg *raster.Gray16) error) error {
+// uint16 (workers at once) and hands each, plane z 0-based, to fn, with its
+// measure when meter (a meter of out's, or nil) measured it on the device.
+func downloadEach(ctx context.Context, out decon.DeviceStack, j *job, workers int, meter planestats.Meter, fn func(z int, pg *raster.Gray16, m *planestats.Measure) error) error {
 	return par.ForEach(ctx, j.n, workers, func(z int) error {
 		pg := raster.NewGray16(j.w, j.h)
-		if err := out.GetGray16(ctx, z, pg); err != nil {
+		var m *planestats.Measure
+		var err error
+		if meter != nil {
+			m, err = out.(meteredStack).GetGray16Measured(ctx, z, pg, meter)
+		} else {
+			err = out.GetGray16(ctx, z, pg)
+		}
+		if err != nil {
 			return err
 		}
-		return fn(z, pg)
+		return fn(z, pg, m)
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/mumax/3/cuda/cu"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
@@ -651,33 +652,63 @@ func (e *Engine) AllocStack(ctx context.Context, n, h, w int) (*DevStack, error)
 // float32 (exact: the same values UploadStack sends for the stack of those
 // planes). It returns when pg may be reused.
 func (e *Engine) UploadPlaneGray16(ctx context.Context, d *DevStack, z int, pg *raster.Gray16) error {
+	_, err := e.UploadPlaneGray16Measured(ctx, d, z, pg, nil)
+	return err
+}
+
+// UploadPlaneGray16Measured is UploadPlaneGray16 that also measures the
+// plane on the device with m (nil: no measure).
+func (e *Engine) UploadPlaneGray16Measured(ctx context.Context, d *DevStack, z int, pg *raster.Gray16, m *PlaneMeter) (*planestats.Measure, error) {
 	if d == nil || d.ptr == 0 || z < 0 || z >= d.N || pg == nil || pg.W != d.W || pg.H != d.H || len(pg.Pix) != d.W*d.H {
-		return fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
+		return nil, fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
 	}
-	return e.do(ctx, "decon upload plane", func() error {
+	var r *planestats.Measure
+	err := e.do(ctx, "decon upload plane", func() error {
+		if err := m.check(e, d); err != nil {
+			return err
+		}
 		n := int64(d.H) * int64(d.W)
 		tmp := e.alloc(n * 2)
 		defer e.release(tmp)
 		put(e, tmp, pg.Pix)
 		e.launchNormalizeU16(grid1(n), d.ptr+cu.DevicePtr(int64(z)*n*4), tmp, n, float32(1))
+		if m != nil {
+			r = m.measure(tmp)
+		}
 		return nil
 	})
+	return r, err
 }
 
 // DownloadPlaneGray16 rounds plane z of d to uint16 on the device
 // (decon.Quantize, as DeconvolveGray16) and copies it into dst (H x W).
 func (e *Engine) DownloadPlaneGray16(ctx context.Context, d *DevStack, z int, dst *raster.Gray16) error {
+	_, err := e.DownloadPlaneGray16Measured(ctx, d, z, dst, nil)
+	return err
+}
+
+// DownloadPlaneGray16Measured is DownloadPlaneGray16 that also measures
+// the rounded plane on the device with m (nil: no measure).
+func (e *Engine) DownloadPlaneGray16Measured(ctx context.Context, d *DevStack, z int, dst *raster.Gray16, m *PlaneMeter) (*planestats.Measure, error) {
 	if d == nil || d.ptr == 0 || z < 0 || z >= d.N || dst == nil || dst.W != d.W || dst.H != d.H || len(dst.Pix) != d.W*d.H {
-		return fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
+		return nil, fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
 	}
-	return e.do(ctx, "decon download plane uint16", func() error {
+	var r *planestats.Measure
+	err := e.do(ctx, "decon download plane uint16", func() error {
+		if err := m.check(e, d); err != nil {
+			return err
+		}
 		n := int64(d.H) * int64(d.W)
 		q := e.alloc(n * 2)
 		defer e.release(q)
 		e.launchDeconQuantize(grid1(n), q, d.ptr+cu.DevicePtr(int64(z)*n*4), n)
+		if m != nil {
+			r = m.measure(q)
+		}
 		get(e, dst.Pix, q)
 		return nil
 	})
+	return r, err
 }
 
 // DeconStreams reports, without doing any work, whether a deconvolution of

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
@@ -52,6 +53,30 @@ func (*Engine) UploadPlaneGray16(context.Context, *DevStack, int, *raster.Gray16
 func (*Engine) DownloadPlaneGray16(context.Context, *DevStack, int, *raster.Gray16) error {
 	return ErrNoCUDA
 }
+
+// UploadPlaneGray16Measured returns ErrNoCUDA.
+func (*Engine) UploadPlaneGray16Measured(context.Context, *DevStack, int, *raster.Gray16, *PlaneMeter) (*planestats.Measure, error) {
+	return nil, ErrNoCUDA
+}
+
+// DownloadPlaneGray16Measured returns ErrNoCUDA.
+func (*Engine) DownloadPlaneGray16Measured(context.Context, *DevStack, int, *raster.Gray16, *PlaneMeter) (*planestats.Measure, error) {
+	return nil, ErrNoCUDA
+}
+
+// PlaneMeter measures planes on the device; in this build there is none.
+type PlaneMeter struct{}
+
+// NewPlaneMeter returns ErrNoCUDA.
+func (*Engine) NewPlaneMeter(context.Context, int, int, int) (*PlaneMeter, error) {
+	return nil, ErrNoCUDA
+}
+
+// MaxProjection returns ErrNoCUDA.
+func (*PlaneMeter) MaxProjection(context.Context) (*raster.Gray16, error) { return nil, ErrNoCUDA }
+
+// Free does nothing.
+func (*PlaneMeter) Free() {}
 
 // DeconStreams returns ErrNoCUDA.
 func (*Engine) DeconStreams(context.Context, int, int, int, *psf.Kernel, decon.Params) (bool, int64, error) {

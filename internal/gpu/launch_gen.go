@@ -26,6 +26,7 @@ var kernelModules = []kernelModule{
 	{"blend", []string{"correct_u16", "quantize_f32", "normalize_u16", "blend_f32", "correct_blend_u16"}},
 	{"decon", []string{"decon_pad", "decon_check", "decon_conv", "decon_conv_k1_z1", "decon_conv_k1_z4", "decon_conv_k3_z1", "decon_conv_k3_z4", "decon_conv_k5_z1", "decon_conv_k5_z4", "decon_conv_k7_z1", "decon_conv_k7_z4", "decon_conv_k9_z1", "decon_conv_k9_z4", "decon_conv_k11_z1", "decon_conv_k11_z4", "decon_conv_k13_z1", "decon_conv_k13_z4", "decon_conv_k15_z1", "decon_conv_k15_z4", "decon_damp", "decon_tv", "decon_free", "decon_box_zero", "decon_predict", "decon_rows", "decon_sums", "decon_hist", "decon_scale", "decon_quantize", "decon_fft_place", "decon_fft_mul", "decon_fft_take"}},
 	{"edf", []string{"edf_gate_u16", "edf_gate_f32", "edf_gauss_y_u16", "edf_gauss_y_f32", "edf_gauss_x", "edf_var_argmax", "edf_gather_u16", "edf_gather_f32", "edf_wl_load_u16", "edf_wl_load_f32", "edf_wl_atrous_y", "edf_wl_atrous_x", "edf_wl_select", "edf_wl_low", "edf_wl_majority", "edf_wl_comp_init", "edf_wl_synth", "edf_wl_out_u16", "edf_wl_map_index", "edf_wl_out_f32"}},
+	{"planestats", []string{"ps_hist", "ps_lap_moments", "ps_max_u16"}},
 	{"register", []string{"reg_downsample", "reg_warp", "reg_block_sample", "reg_block_window", "reg_cross_power", "reg_pcm_peak"}},
 	{"resize", []string{"resize_y_u16", "resize_y_f32", "resize_y_f64", "resize_x_f64", "resize_x_f32"}},
 }
@@ -710,6 +711,40 @@ func (e *Engine) launchEdfWlMapIndex(d dim, outIdx cu.DevicePtr, rel cu.DevicePt
 //	extern "C" __global__ void edf_wl_out_f32(float* out, const double* comp, i64 n)
 func (e *Engine) launchEdfWlOutF32(d dim, out cu.DevicePtr, comp cu.DevicePtr, n int64) {
 	e.launchArgs("edf_wl_out_f32", d, uint64(out), uint64(comp), uint64(n))
+}
+
+// launchPsHist launches kernel ps_hist (kernels/planestats.cu:10).
+//
+// ps_hist adds the n-pixel uint16 plane p to hist (65536 bins). The lanes
+// of a warp holding the same value add once (warp-aggregated), so a
+// constant background costs one atomic per warp. 1-D grid, blocks of a
+// multiple of 32 threads (the loop's base is warp-uniform).
+//
+//	extern "C" __global__ void ps_hist(unsigned long long* hist, const unsigned short* p, i64 n)
+func (e *Engine) launchPsHist(d dim, hist cu.DevicePtr, p cu.DevicePtr, n int64) {
+	e.launchArgs("ps_hist", d, uint64(hist), uint64(p), uint64(n))
+}
+
+// launchPsLapMoments launches kernel ps_lap_moments (kernels/planestats.cu:28).
+//
+// ps_lap_moments: block (bx, by) = (blockIdx.x, blockIdx.y) of B x B px of
+// the H x W plane p; mom[3*(by*gridDim.x+bx) + {0,1,2}] = the count, sum
+// and sum of squares of L = 4 p(y,x) - p(y-1,x) - p(y+1,x) - p(y,x-1) -
+// p(y,x+1) over the block's interior pixels (1 <= y < H-1, 1 <= x < W-1).
+// Integer sums: exact, in any order. Blocks of 256 threads.
+//
+//	extern "C" __global__ void ps_lap_moments(long long* mom, const unsigned short* p, int H, int W, int B)
+func (e *Engine) launchPsLapMoments(d dim, mom cu.DevicePtr, p cu.DevicePtr, H int, W int, B int) {
+	e.launchArgs("ps_lap_moments", d, uint64(mom), uint64(p), uint64(int64(H)), uint64(int64(W)), uint64(int64(B)))
+}
+
+// launchPsMaxU16 launches kernel ps_max_u16 (kernels/planestats.cu:70).
+//
+// ps_max_u16: dst[i] = max(dst[i], src[i]) for i < n.
+//
+//	extern "C" __global__ void ps_max_u16(unsigned short* dst, const unsigned short* src, i64 n)
+func (e *Engine) launchPsMaxU16(d dim, dst cu.DevicePtr, src cu.DevicePtr, n int64) {
+	e.launchArgs("ps_max_u16", d, uint64(dst), uint64(src), uint64(n))
 }
 
 // launchRegDownsample launches kernel reg_downsample (kernels/register.cu:59).

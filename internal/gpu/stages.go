@@ -7,6 +7,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
@@ -47,6 +48,45 @@ func (s *deconStack) GetGray16(ctx context.Context, z int, dst *raster.Gray16) e
 }
 
 func (s *deconStack) Free() { s.e.FreeStack(s.d) }
+
+// NewMeter returns a plane meter (PlaneMeter) for this stack's planes, in
+// blocks of block px.
+func (s *deconStack) NewMeter(ctx context.Context, block int) (planestats.Meter, error) {
+	_, h, w := s.d.Dims()
+	m, err := s.e.NewPlaneMeter(ctx, h, w, block)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// PutGray16Measured is PutGray16 that also measures the plane on the device
+// with m (a meter from NewMeter).
+func (s *deconStack) PutGray16Measured(ctx context.Context, z int, pg *raster.Gray16, m planestats.Meter) (*planestats.Measure, error) {
+	pm, err := s.meter(m)
+	if err != nil {
+		return nil, err
+	}
+	return s.e.UploadPlaneGray16Measured(ctx, s.d, z, pg, pm)
+}
+
+// GetGray16Measured is GetGray16 that also measures the rounded plane on
+// the device with m (a meter from NewMeter).
+func (s *deconStack) GetGray16Measured(ctx context.Context, z int, dst *raster.Gray16, m planestats.Meter) (*planestats.Measure, error) {
+	pm, err := s.meter(m)
+	if err != nil {
+		return nil, err
+	}
+	return s.e.DownloadPlaneGray16Measured(ctx, s.d, z, dst, pm)
+}
+
+func (s *deconStack) meter(m planestats.Meter) (*PlaneMeter, error) {
+	pm, ok := m.(*PlaneMeter)
+	if !ok {
+		return nil, fmt.Errorf("%w: a plane meter of another kind (%T)", decon.ErrInput, m)
+	}
+	return pm, nil
+}
 
 // DeconDeviceStack allocates an n x h x w float32 device stack (AllocStack)
 // to be filled plane by plane (deconstage's plane form).

@@ -46,6 +46,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
@@ -374,11 +375,12 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 			if err != nil {
 				return err
 			}
+			m := planestats.Of(g, max(block, focusBlock(g.W, g.H)))
 			var nx int
 			if block > 0 {
-				nx, _, bf[i] = BlockFocus(g, block)
+				nx, bf[i] = m.NX, m.BlockFocus()
 			}
-			s := Stats(g)
+			s := StatsOf(m)
 			s.File = rel(chj.files[i])
 			if len(chj.zs) > 0 {
 				s.Z = chj.zs[i]
@@ -393,7 +395,7 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 				if g.W != proj.W || g.H != proj.H {
 					return fmt.Errorf("%w: %s is %dx%d, other planes of the channel %dx%d", ErrInput, chj.files[i], g.W, g.H, proj.W, proj.H)
 				}
-				maxInto(proj, g)
+				planestats.MaxInto(proj, g)
 			}
 			return nil
 		})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -309,7 +310,7 @@ func TestStages(t *testing.T) {
 						if proj == nil {
 							proj = clone(g)
 						} else {
-							maxInto(proj, g)
+							planestats.MaxInto(proj, g)
 						}
 					}
 					// The corner of zeros and saturated pixels (80 and 30 of 7680 px) of cycle 1 CH2 z1.

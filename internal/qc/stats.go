@@ -3,6 +3,7 @@ package qc
 import (
 	"math"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
@@ -28,16 +29,19 @@ type PlaneStats struct {
 	Focus             float64 `json:"focus"`              // Focus(): variance of the 4-neighbour Laplacian, counts^2
 }
 
-// Stats computes the statistics of g (exact: a 65536-bin histogram).
+// Stats computes the statistics of g (exact: planestats.Of, in the focus
+// map's blocks).
 func Stats(g *raster.Gray16) PlaneStats {
-	var hist [65536]int64
+	return StatsOf(planestats.Of(g, focusBlock(g.W, g.H)))
+}
+
+// StatsOf derives a plane's statistics from its measure (computed on the
+// host or on the device: the same integers, the same statistics).
+func StatsOf(m *planestats.Measure) PlaneStats {
+	n := float64(m.Pixels())
+	s := PlaneStats{Width: m.W, Height: m.H, Min: -1}
 	var sum, sum2 float64
-	for _, v := range g.Pix {
-		hist[v]++
-	}
-	n := int64(len(g.Pix))
-	s := PlaneStats{Width: g.W, Height: g.H, Min: -1}
-	for v, c := range hist {
+	for v, c := range m.Hist {
 		if c == 0 {
 			continue
 		}
@@ -49,31 +53,17 @@ func Stats(g *raster.Gray16) PlaneStats {
 		sum += fv * float64(c)
 		sum2 += fv * fv * float64(c)
 	}
-	s.Mean = sum / float64(n)
-	s.Std = math.Sqrt(max(0, sum2/float64(n)-s.Mean*s.Mean))
-	s.P01, s.P50, s.P99 = percentile(&hist, n, 0.01), percentile(&hist, n, 0.5), percentile(&hist, n, 0.99)
-	s.ZeroFraction = float64(hist[0]) / float64(n)
-	var sat int64
-	for v := SaturationLevel; v < len(hist); v++ {
-		sat += hist[v]
+	s.Mean = sum / n
+	s.Std = math.Sqrt(max(0, sum2/n-s.Mean*s.Mean))
+	s.P01, s.P50, s.P99 = m.Percentile(0.01), m.Percentile(0.5), m.Percentile(0.99)
+	s.ZeroFraction = float64(m.Hist[0]) / n
+	var sat uint64
+	for _, c := range m.Hist[SaturationLevel:] {
+		sat += c
 	}
-	s.SaturatedFraction = float64(sat) / float64(n)
-	s.Focus = Focus(g)
+	s.SaturatedFraction = float64(sat) / n
+	s.Focus = m.Focus()
 	return s
-}
-
-// percentile returns the nearest-rank p-quantile (smallest value whose
-// cumulative count reaches ceil(p*n)).
-func percentile(hist *[65536]int64, n int64, p float64) int {
-	rank := max(int64(math.Ceil(p*float64(n))), 1)
-	var cum int64
-	for v, c := range hist {
-		cum += c
-		if cum >= rank {
-			return v
-		}
-	}
-	return len(hist) - 1
 }
 
 // Focus is the variance of the 4-neighbour Laplacian
@@ -81,8 +71,7 @@ func percentile(hist *[65536]int64, n int64, p float64) int {
 // pixels, in counts^2: larger for a sharper image of the same scene (the
 // usual variance-of-Laplacian focus measure). 0 for planes under 3 x 3 px.
 func Focus(g *raster.Gray16) float64 {
-	_, _, m := laplacianMoments(g, 0)
-	return m[0].variance()
+	return planestats.Of(g, focusBlock(g.W, g.H)).Focus()
 }
 
 // BlockFocus is Focus per block of block x block px (edge blocks smaller):
@@ -91,62 +80,8 @@ func Focus(g *raster.Gray16) float64 {
 // returns the blocks per row and column and the values, row-major; a block
 // without interior pixels is 0.
 func BlockFocus(g *raster.Gray16, block int) (nx, ny int, f []float64) {
-	nx, ny, m := laplacianMoments(g, max(1, block))
-	f = make([]float64, len(m))
-	for i := range m {
-		f[i] = m[i].variance()
-	}
-	return nx, ny, f
-}
-
-type moments struct{ n, s, s2 float64 }
-
-func (m moments) variance() float64 {
-	if m.n == 0 {
-		return 0
-	}
-	mean := m.s / m.n
-	return max(0, m.s2/m.n-mean*mean)
-}
-
-// laplacianMoments accumulates the Laplacian's count, sum and sum of
-// squares over the interior pixels per block (block <= 0: one block).
-func laplacianMoments(g *raster.Gray16, block int) (nx, ny int, m []moments) {
-	nx, ny = 1, 1
-	if block > 0 {
-		nx, ny = (g.W+block-1)/block, (g.H+block-1)/block
-	}
-	m = make([]moments, nx*ny)
-	if g.W < 3 || g.H < 3 {
-		return nx, ny, m
-	}
-	w := g.W
-	for y := 1; y < g.H-1; y++ {
-		row := g.Pix[y*w : (y+1)*w]
-		up := g.Pix[(y-1)*w : y*w]
-		dn := g.Pix[(y+1)*w : (y+2)*w]
-		var mr []moments // this row's blocks
-		if block > 0 {
-			mr = m[(y/block)*nx : (y/block+1)*nx]
-		} else {
-			mr = m[:1]
-		}
-		bx, next := 0, w // block of x and the x where the next block starts
-		if block > 0 {
-			next = block
-		}
-		for x := 1; x < w-1; x++ {
-			if x >= next {
-				bx++
-				next += block
-			}
-			l := 4*float64(row[x]) - float64(up[x]) - float64(dn[x]) - float64(row[x-1]) - float64(row[x+1])
-			mr[bx].n++
-			mr[bx].s += l
-			mr[bx].s2 += l * l
-		}
-	}
-	return nx, ny, m
+	m := planestats.Of(g, block)
+	return m.NX, m.NY, m.BlockFocus()
 }
 
 // NCC is the normalised cross-correlation (Pearson correlation) of a and b
@@ -174,19 +109,4 @@ func NCC(a, b *raster.Gray16) float64 {
 		return math.NaN()
 	}
 	return cov / math.Sqrt(va*vb)
-}
-
-// maxInto sets dst to the pixelwise maximum of dst and g over their common
-// region.
-func maxInto(dst, g *raster.Gray16) {
-	h, w := min(dst.H, g.H), min(dst.W, g.W)
-	for y := 0; y < h; y++ {
-		d := dst.Pix[y*dst.W : y*dst.W+w]
-		s := g.Pix[y*g.W : y*g.W+w]
-		for x, v := range s {
-			if v > d[x] {
-				d[x] = v
-			}
-		}
-	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
@@ -49,23 +50,42 @@ func NewSummarizer(n, h, w int) *Summarizer {
 func focusBlock(w, h int) int { return max(8, (max(w, h)+FocusMapBlocks-1)/FocusMapBlocks) }
 
 // Add adds plane i (0-based, z order) with z-plane number z and its path
-// relative to the project. g is only read.
+// relative to the project, measured here (planestats.Of); g is only read.
 func (s *Summarizer) Add(i, z int, file string, g *raster.Gray16) {
-	st := Stats(g)
-	st.File, st.Z = file, z
-	var nx int
-	var f []float64
-	if s.s.BlockPx > 0 {
-		nx, _, f = BlockFocus(g, s.s.BlockPx)
-	}
+	s.AddMeasure(i, z, file, planestats.Of(g, Block(g.W, g.H)))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.s.Planes[i], s.s.Focus[i], s.s.NX = st, f, nx
 	if s.proj == nil {
 		s.proj = raster.NewGray16(g.W, g.H)
 	}
-	maxInto(s.proj, g)
+	planestats.MaxInto(s.proj, g)
+}
+
+// Block is the block size, px, of the measures Summarizer.AddMeasure takes
+// for planes of w x h px (the focus map's).
+func Block(w, h int) int { return focusBlock(w, h) }
+
+// AddMeasure adds plane i (0-based, z order) from its measure, made in
+// blocks of Block px (on the host or on the device); the maximum
+// projection is then set by SetMaxProjection.
+func (s *Summarizer) AddMeasure(i, z int, file string, m *planestats.Measure) {
+	st := StatsOf(m)
+	st.File, st.Z = file, z
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.s.BlockPx > 0 {
+		s.s.Focus[i], s.s.NX = m.BlockFocus(), m.NX
+	}
+	s.s.Planes[i] = st
 	s.got++
+}
+
+// SetMaxProjection sets the channel's maximum over z (when the planes are
+// measured where Add does not see them); proj is kept.
+func (s *Summarizer) SetMaxProjection(proj *raster.Gray16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proj = proj
 }
 
 // Write writes the summary and the maximum projection into dir (a channel
@@ -73,8 +93,8 @@ func (s *Summarizer) Add(i, z int, file string, g *raster.Gray16) {
 func (s *Summarizer) Write(dir string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.got != len(s.s.Planes) {
-		return fmt.Errorf("qc summary of %s: %d of %d planes added", dir, s.got, len(s.s.Planes))
+	if s.got != len(s.s.Planes) || s.proj == nil {
+		return fmt.Errorf("qc summary of %s: %d of %d planes added (maximum projection set: %t)", dir, s.got, len(s.s.Planes), s.proj != nil)
 	}
 	b, err := json.Marshal(s.s)
 	if err != nil {
