@@ -42,7 +42,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -308,18 +307,21 @@ func (s *sink) finish(ctx context.Context, i int, stitchSum *pending) error {
 		deconSum = qc.NewSummarizer(s.n, s.h, s.w)
 	}
 	deconDir := layout.Deconvolved(s.cfg.ProjectDir, s.cycle)
-	out := func(z int, pg *raster.Gray16, m *planestats.Measure) error {
+	out := func(z int, p deconstage.Plane) error {
 		if deconSum != nil {
 			file := s.rel(deconDir, ch, layout.DeconPlane(z+1))
-			if m != nil {
-				deconSum.AddMeasure(z, z+1, file, m)
+			if p.Measure != nil {
+				deconSum.AddMeasure(z, z+1, file, p.Measure)
 			} else {
-				deconSum.Add(z, z+1, file, pg)
+				deconSum.Add(z, z+1, file, p.Gray)
 			}
 		}
-		return s.ef.Put(ctx, i, z, pg)
+		if p.InTarget {
+			return nil
+		}
+		return s.ef.Put(ctx, i, z, p.Gray)
 	}
-	if err := s.df.Channel(ctx, i, out); err != nil {
+	if err := s.df.Channel(ctx, i, s.ef.DeviceStack(), out); err != nil {
 		return err
 	}
 	if err := s.ef.Channel(ctx, i); err != nil {

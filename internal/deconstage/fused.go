@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
@@ -50,7 +51,18 @@ type Fused struct {
 type meteredStack interface {
 	NewMeter(ctx context.Context, block int) (planestats.Meter, error)
 	PutGray16Measured(ctx context.Context, z int, pg *raster.Gray16, m planestats.Meter) (*planestats.Measure, error)
-	GetGray16Measured(ctx context.Context, z int, dst *raster.Gray16, m planestats.Meter) (*planestats.Measure, error)
+	GetGray16Into(ctx context.Context, z int, to edf.DeviceStack, dst *raster.Gray16, m planestats.Meter) (*planestats.Measure, error)
+}
+
+// Plane is a rounded deconvolved plane handed on by Fused.Channel: Gray
+// (nil when it did not come to the host: not written, measured on the
+// device and already in the target), its Measure when measured on the
+// device (MeasureOnDevice; else nil), and InTarget when it was rounded
+// straight into Channel's target device stack.
+type Plane struct {
+	Gray     *raster.Gray16
+	Measure  *planestats.Measure
+	InTarget bool
 }
 
 // fusedInput is a channel's input being handed in: its device stack
@@ -154,11 +166,13 @@ func (f *Fused) begin(ctx context.Context, j *job, in *fusedInput) error {
 }
 
 // Channel deconvolves channel index i from the planes Put and hands each
-// rounded plane z (0-based) to out (which must not keep it changed; it may
-// be called from several goroutines at once) with its measure when it was
-// measured on the device (else nil), after writing it when the planes are
-// kept.
-func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.Gray16, m *planestats.Measure) error) error {
+// rounded plane z (0-based) to out (which must not keep its Gray changed;
+// it may be called from several goroutines at once), after writing it when
+// the planes are kept. to, when not nil, is the EDF stage's device stack of
+// the channel: where the result is on a device stack of the same engine,
+// each plane is rounded straight into it (Plane.InTarget) and comes to the
+// host only to be written or measured there.
+func (f *Fused) Channel(ctx context.Context, i int, to edf.DeviceStack, out func(z int, p Plane) error) error {
 	r, j, in := f.r, f.r.jobs[i], f.input[i]
 	f.input[i] = fusedInput{}
 	if in.dev == nil && in.st == nil {
@@ -170,17 +184,17 @@ func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.G
 	if err := os.MkdirAll(chDir, 0o777); err != nil {
 		return err
 	}
-	emit := func(z int, pg *raster.Gray16, m *planestats.Measure) error {
+	emit := func(z int, p Plane) error {
 		if f.planes {
-			if err := tiffio.WriteGray16(filepath.Join(chDir, layout.DeconPlane(z+1)), pg); err != nil {
+			if err := tiffio.WriteGray16(filepath.Join(chDir, layout.DeconPlane(z+1)), p.Gray); err != nil {
 				return fmt.Errorf("write: %w", err)
 			}
 		}
-		return out(z, pg, m)
+		return out(z, p)
 	}
 	var err error
 	if in.dev != nil {
-		err = f.devChannel(ctx, i, j, in, c, emit)
+		err = f.devChannel(ctx, i, j, in, to, c, emit)
 	} else {
 		err = f.hostChannel(ctx, j, in.st, c, emit)
 	}
@@ -195,7 +209,7 @@ func (f *Fused) Channel(ctx context.Context, i int, out func(z int, pg *raster.G
 // devChannel is Channel on the device-buffer form (runPlanes' path) of
 // channel index i; with a meter on the input it measures the rounded
 // planes too and keeps both maxima (Maxima).
-func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, c *Channel, emit func(int, *raster.Gray16, *planestats.Measure) error) error {
+func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, to edf.DeviceStack, c *Channel, emit func(int, Plane) error) error {
 	var inMax *raster.Gray16
 	if in.meter != nil {
 		var err error
@@ -211,15 +225,20 @@ func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, c 
 		return err
 	}
 	defer res.Free()
-	var meter planestats.Meter
-	if ms, ok := res.(meteredStack); ok && in.meter != nil {
-		if meter, err = ms.NewMeter(ctx, f.block); err != nil {
-			return err
+	var dt target
+	if ms, ok := res.(meteredStack); ok {
+		dt.to = to
+		if in.meter != nil {
+			if dt.meter, err = ms.NewMeter(ctx, f.block); err != nil {
+				return err
+			}
+			defer dt.meter.Free()
 		}
-		defer meter.Free()
+		dt.host = f.planes || dt.meter == nil || to == nil
 	}
+	meter := dt.meter
 	t2 := time.Now()
-	err = downloadEach(ctx, res, j, f.r.io, meter, emit)
+	err = downloadEach(ctx, res, j, f.r.io, dt, emit)
 	c.WriteSec = time.Since(t2).Seconds()
 	if err != nil || meter == nil {
 		return err
@@ -230,14 +249,14 @@ func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, c 
 }
 
 // hostChannel is Channel on the host stack (runStack's path).
-func (f *Fused) hostChannel(ctx context.Context, j *job, st *raster.Stack, c *Channel, emit func(int, *raster.Gray16, *planestats.Measure) error) error {
+func (f *Fused) hostChannel(ctx context.Context, j *job, st *raster.Stack, c *Channel, emit func(int, Plane) error) error {
 	pages, err := f.r.runStack(ctx, j, input{st: st}, c)
 	if err != nil {
 		return err
 	}
 	t2 := time.Now()
 	err = par.ForEach(ctx, len(pages), f.r.workers, func(z int) error {
-		err := emit(z, pages[z], nil)
+		err := emit(z, Plane{Gray: pages[z]})
 		pages[z] = nil
 		return err
 	})

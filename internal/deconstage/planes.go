@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/edf"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -68,8 +69,8 @@ func runPlanes(ctx context.Context, e PlaneEngine, j *job, in input, workers int
 		return pages, nil
 	}
 	t2 := time.Now()
-	err = downloadEach(ctx, out, j, workers, nil, func(z int, pg *raster.Gray16, _ *planestats.Measure) error {
-		return tiffio.WriteGray16(path(z), pg)
+	err = downloadEach(ctx, out, j, workers, target{}, func(z int, p Plane) error {
+		return tiffio.WriteGray16(path(z), p.Gray)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("write: %w", err)
@@ -93,23 +94,36 @@ func deconvolveOnDevice(ctx context.Context, e PlaneEngine, j *job, d decon.Devi
 	return out, nil
 }
 
+// target is where downloadEach also puts the rounded planes on the device
+// (the zero target: nowhere): to, an EDF device stack of out's engine, and
+// meter measuring them there (either may be nil); host: they come to the
+// host too.
+type target struct {
+	to    edf.DeviceStack
+	meter planestats.Meter
+	host  bool
+}
+
 // downloadEach brings every plane of job j's result out back rounded to
-// uint16 (workers at once) and hands each, plane z 0-based, to fn, with its
-// measure when meter (a meter of out's, or nil) measured it on the device.
-func downloadEach(ctx context.Context, out decon.DeviceStack, j *job, workers int, meter planestats.Meter, fn func(z int, pg *raster.Gray16, m *planestats.Measure) error) error {
+// uint16 (workers at once) and hands each, plane z 0-based, to fn; with a
+// target (out then is a meteredStack) also into it (Plane.InTarget) and
+// measured there, the host copy (Plane.Gray) only when dt.host.
+func downloadEach(ctx context.Context, out decon.DeviceStack, j *job, workers int, dt target, fn func(z int, p Plane) error) error {
 	return par.ForEach(ctx, j.n, workers, func(z int) error {
-		pg := raster.NewGray16(j.w, j.h)
-		var m *planestats.Measure
+		p := Plane{InTarget: dt.to != nil}
+		if dt.to == nil && dt.meter == nil || dt.host {
+			p.Gray = raster.NewGray16(j.w, j.h)
+		}
 		var err error
-		if meter != nil {
-			m, err = out.(meteredStack).GetGray16Measured(ctx, z, pg, meter)
+		if dt.to != nil || dt.meter != nil {
+			p.Measure, err = out.(meteredStack).GetGray16Into(ctx, z, dt.to, p.Gray, dt.meter)
 		} else {
-			err = out.GetGray16(ctx, z, pg)
+			err = out.GetGray16(ctx, z, p.Gray)
 		}
 		if err != nil {
 			return err
 		}
-		return fn(z, pg, m)
+		return fn(z, p)
 	})
 }
 

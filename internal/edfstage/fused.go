@@ -116,6 +116,11 @@ func (f *Fused) Begin(ctx context.Context, i int) error {
 	return nil
 }
 
+// DeviceStack is the begun channel's device stack (nil for the stacked
+// form, or before Begin): its planes may be filled on the device, by an
+// engine of the same device, instead of by Put.
+func (f *Fused) DeviceStack() edf.DeviceStack { return f.dev }
+
 // Channel fuses channel index i from the planes Put and writes its output
 // plane.
 func (f *Fused) Channel(ctx context.Context, i int) error {

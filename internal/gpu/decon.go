@@ -690,22 +690,44 @@ func (e *Engine) DownloadPlaneGray16(ctx context.Context, d *DevStack, z int, ds
 // DownloadPlaneGray16Measured is DownloadPlaneGray16 that also measures
 // the rounded plane on the device with m (nil: no measure).
 func (e *Engine) DownloadPlaneGray16Measured(ctx context.Context, d *DevStack, z int, dst *raster.Gray16, m *PlaneMeter) (*planestats.Measure, error) {
-	if d == nil || d.ptr == 0 || z < 0 || z >= d.N || dst == nil || dst.W != d.W || dst.H != d.H || len(dst.Pix) != d.W*d.H {
+	if dst == nil {
+		return nil, fmt.Errorf("%w: no plane to download plane %d into", decon.ErrInput, z)
+	}
+	return e.RoundPlaneInto(ctx, d, z, nil, dst, m)
+}
+
+// RoundPlaneInto rounds plane z of d to uint16 on the device (decon.Quantize,
+// as DownloadPlaneGray16) into plane z of to (an EDF device stack of this
+// engine of the same plane size; nil: a scratch buffer), measures it there
+// with m (nil: no measure) and, when dst is not nil, copies it into dst (the
+// fused cycle hands the deconvolved planes to the EDF stage on the device).
+func (e *Engine) RoundPlaneInto(ctx context.Context, d *DevStack, z int, to *EDFStack, dst *raster.Gray16, m *PlaneMeter) (*planestats.Measure, error) {
+	if d == nil || d.ptr == 0 || z < 0 || z >= d.N || (dst != nil && (dst.W != d.W || dst.H != d.H || len(dst.Pix) != d.W*d.H)) {
 		return nil, fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
 	}
+	if to != nil && (to.e != e || to.ptr == 0 || to.W != d.W || to.H != d.H || z >= to.N) {
+		return nil, fmt.Errorf("%w: plane %d of a %dx%d stack does not fit the EDF device stack", decon.ErrInput, z, d.W, d.H)
+	}
 	var r *planestats.Measure
-	err := e.do(ctx, "decon download plane uint16", func() error {
+	err := e.do(ctx, "decon round plane uint16", func() error {
 		if err := m.check(e, d); err != nil {
 			return err
 		}
 		n := int64(d.H) * int64(d.W)
-		q := e.alloc(n * 2)
-		defer e.release(q)
+		var q cu.DevicePtr
+		if to != nil {
+			q = to.ptr + cu.DevicePtr(int64(z)*n*2)
+		} else {
+			q = e.alloc(n * 2)
+			defer e.release(q)
+		}
 		e.launchDeconQuantize(grid1(n), q, d.ptr+cu.DevicePtr(int64(z)*n*4), n)
 		if m != nil {
 			r = m.measure(q)
 		}
-		get(e, dst.Pix, q)
+		if dst != nil {
+			get(e, dst.Pix, q)
+		}
 		return nil
 	})
 	return r, err

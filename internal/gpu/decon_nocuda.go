@@ -64,6 +64,11 @@ func (*Engine) DownloadPlaneGray16Measured(context.Context, *DevStack, int, *ras
 	return nil, ErrNoCUDA
 }
 
+// RoundPlaneInto returns ErrNoCUDA.
+func (*Engine) RoundPlaneInto(context.Context, *DevStack, int, *EDFStack, *raster.Gray16, *PlaneMeter) (*planestats.Measure, error) {
+	return nil, ErrNoCUDA
+}
+
 // PlaneMeter measures planes on the device; in this build there is none.
 type PlaneMeter struct{}
 

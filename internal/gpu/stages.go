@@ -70,17 +70,29 @@ func (s *deconStack) PutGray16Measured(ctx context.Context, z int, pg *raster.Gr
 	return s.e.UploadPlaneGray16Measured(ctx, s.d, z, pg, pm)
 }
 
-// GetGray16Measured is GetGray16 that also measures the rounded plane on
-// the device with m (a meter from NewMeter).
-func (s *deconStack) GetGray16Measured(ctx context.Context, z int, dst *raster.Gray16, m planestats.Meter) (*planestats.Measure, error) {
+// GetGray16Into rounds plane z on the device into plane z of to (an EDF
+// device stack of this engine from EDFDeviceStack; nil: none), measures it
+// there with m (a meter from NewMeter; nil: none) and copies it into dst
+// (nil: not to the host) (RoundPlaneInto).
+func (s *deconStack) GetGray16Into(ctx context.Context, z int, to edf.DeviceStack, dst *raster.Gray16, m planestats.Meter) (*planestats.Measure, error) {
 	pm, err := s.meter(m)
 	if err != nil {
 		return nil, err
 	}
-	return s.e.DownloadPlaneGray16Measured(ctx, s.d, z, dst, pm)
+	var es *EDFStack
+	if to != nil {
+		var ok bool
+		if es, ok = to.(*EDFStack); !ok {
+			return nil, fmt.Errorf("%w: an EDF device stack of another kind (%T)", decon.ErrInput, to)
+		}
+	}
+	return s.e.RoundPlaneInto(ctx, s.d, z, es, dst, pm)
 }
 
 func (s *deconStack) meter(m planestats.Meter) (*PlaneMeter, error) {
+	if m == nil {
+		return nil, nil
+	}
 	pm, ok := m.(*PlaneMeter)
 	if !ok {
 		return nil, fmt.Errorf("%w: a plane meter of another kind (%T)", decon.ErrInput, m)

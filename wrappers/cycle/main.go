@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -57,6 +58,11 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 			if err != nil {
 				return err
 			}
+			stop, err := cliutil.CPUProfile(os.Getenv("KINTSUGI_CPUPROFILE"))
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return runCommand(c.Context, o, c.String("config"), c.Int("cycle"), c.Int("batch"))
 		},
 	}}
