@@ -130,3 +130,13 @@ func TestPercentileNearestRank(t *testing.T) {
 		}
 	}
 }
+
+// TestFocusSumsPast64Bits: the blocks' sums of squares are added in 128
+// bits (a plane of a few hundred Mpx of full-scale edges passes 2^64).
+func TestFocusSumsPast64Bits(t *testing.T) {
+	m := &Measure{Blocks: []Moments{{N: 1, S2: 1 << 63}, {N: 1, S2: 1 << 63}, {N: 2, S2: 1 << 62}}}
+	// S2 = 2^64 + 2^62 over N = 4, S = 0: variance 2^62 + 2^60.
+	if got, want := m.Focus(), 0x1p62+0x1p60; got != want {
+		t.Errorf("focus %g, want %g", got, want)
+	}
+}
