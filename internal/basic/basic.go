@@ -144,6 +144,13 @@ type Fitter interface {
 	Fit(ctx context.Context, stacks []*raster.Stack, p Params) ([]Profile, error)
 }
 
+// DeviceTiles is one plane's raw tiles held by a device engine (the GPU's
+// DevTiles): sent to the device once, then fitted and corrected from there.
+type DeviceTiles interface {
+	// Free gives the device memory back; a second Free does nothing.
+	Free()
+}
+
 // Validate reports the first invalid setting, naming its field.
 func (p Params) Validate() error {
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

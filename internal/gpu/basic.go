@@ -91,6 +91,7 @@ type fitInput struct {
 	n, h, w int
 	f32     []float32
 	u16     [][]uint16
+	dev     cu.DevicePtr // uint16 counts already on the device (DevTiles), n x h x w; kept
 }
 
 // Scalar slots of kernels/basic.cu.
@@ -550,7 +551,11 @@ func (e *Engine) resizeInputs(ctx context.Context, ins []fitInput, D cu.DevicePt
 		plane := int64(in.h) * int64(in.w)
 		var src cu.DevicePtr
 		var resizeY func(d dim, tmp, src cu.DevicePtr, sw, dh int, start, cnt, off, w cu.DevicePtr, scale float32, srcStride, tmpStride int64)
-		if in.u16 != nil {
+		owned := in.dev == 0
+		if in.dev != 0 {
+			src = in.dev
+			resizeY = e.launchResizeYU16
+		} else if in.u16 != nil {
 			src = e.alloc(int64(in.n) * plane * 2)
 			segs := make([]hostSeg, in.n)
 			for k, t := range in.u16 {
@@ -569,7 +574,10 @@ func (e *Engine) resizeInputs(ctx context.Context, ins []fitInput, D cu.DevicePt
 		dst := D + cu.DevicePtr(int64(off)*int64(m)*8)
 		e.launchResizeXF64(dim{gx: (ps + 255) / 256, gy: ps, gz: in.n, bx: 256, by: 1, bz: 1},
 			dst, tmp, in.w, ps, ps, ax.x.start, ax.x.cnt, ax.x.off, ax.x.w, int64(ps)*int64(in.w), int64(m))
-		e.release(src, tmp)
+		e.release(tmp)
+		if owned {
+			e.release(src)
+		}
 		off += in.n
 	}
 	return nil

@@ -68,15 +68,9 @@ func (e *Engine) CorrectAndBlend(ctx context.Context, tiles []*raster.Gray16, pr
 	}
 	out := raster.NewGray16(g.outW, g.outH)
 	err = e.do(ctx, "correct and blend", func() error {
-		src, flat, dark := e.uploadRaw(tiles, prof)
-		defer e.release(src, flat, dark)
-		dg := e.putGeom(g)
-		defer dg.free(e)
-		dst := e.alloc(int64(len(out.Pix)) * 2)
-		defer e.release(dst)
-		e.launchCorrectBlendU16(g.grid(), cu.DevicePtr(0), dst, src, flat, dark, norm16, flatMin,
-			len(tiles), h, w, g.outH, g.outW, dg.py, dg.px, dg.ty, dg.tx)
-		get(e, out.Pix, dst)
+		src := e.uploadTiles(tiles)
+		defer e.release(src)
+		e.blendRaw(g, src, len(tiles), h, w, prof, flatMin, out)
 		return nil
 	})
 	if err != nil {
@@ -134,19 +128,47 @@ func checkRaw(tiles []*raster.Gray16, prof *basic.Profile) error {
 
 // uploadRaw uploads raw tiles and the profile (engine goroutine).
 func (e *Engine) uploadRaw(tiles []*raster.Gray16, prof *basic.Profile) (src, flat, dark cu.DevicePtr) {
-	plane := int64(prof.H) * int64(prof.W)
-	src = e.alloc(int64(len(tiles)) * plane * 2)
-	flat = e.alloc(plane * 4)
-	dark = e.alloc(plane * 4)
-	segs := make([]hostSeg, 0, len(tiles)+2)
-	for i, t := range tiles {
-		segs = append(segs, hostSeg{host: unsafe.Pointer(&t.Pix[0]), dev: src + cu.DevicePtr(int64(i)*plane*2), n: plane * 2})
-	}
-	segs = append(segs,
-		hostSeg{host: unsafe.Pointer(&prof.Flatfield[0]), dev: flat, n: plane * 4},
-		hostSeg{host: unsafe.Pointer(&prof.Darkfield[0]), dev: dark, n: plane * 4})
-	e.upload(segs)
+	src = e.uploadTiles(tiles)
+	flat, dark = e.uploadProfile(prof)
 	return src, flat, dark
+}
+
+// uploadTiles copies equal-size uint16 tiles to a new device buffer, back
+// to back; on the engine thread.
+func (e *Engine) uploadTiles(tiles []*raster.Gray16) cu.DevicePtr {
+	plane := int64(tiles[0].H) * int64(tiles[0].W)
+	src := e.alloc(int64(len(tiles)) * plane * 2)
+	segs := make([]hostSeg, len(tiles))
+	for i, t := range tiles {
+		segs[i] = hostSeg{host: unsafe.Pointer(&t.Pix[0]), dev: src + cu.DevicePtr(int64(i)*plane*2), n: plane * 2}
+	}
+	e.upload(segs)
+	return src
+}
+
+// uploadProfile copies a profile's flatfield and darkfield to new device
+// buffers; on the engine thread.
+func (e *Engine) uploadProfile(prof *basic.Profile) (flat, dark cu.DevicePtr) {
+	plane := int64(prof.H) * int64(prof.W)
+	flat, dark = e.alloc(plane*4), e.alloc(plane*4)
+	e.upload([]hostSeg{
+		{host: unsafe.Pointer(&prof.Flatfield[0]), dev: flat, n: plane * 4},
+		{host: unsafe.Pointer(&prof.Darkfield[0]), dev: dark, n: plane * 4}})
+	return flat, dark
+}
+
+// blendRaw corrects n raw tiles of h x w on the device (src) with prof and
+// blends them by g into out (rounded counts); on the engine thread.
+func (e *Engine) blendRaw(g *blendGeom, src cu.DevicePtr, n, h, w int, prof *basic.Profile, flatMin float32, out *raster.Gray16) {
+	flat, dark := e.uploadProfile(prof)
+	defer e.release(flat, dark)
+	dg := e.putGeom(g)
+	defer dg.free(e)
+	dst := e.alloc(int64(len(out.Pix)) * 2)
+	defer e.release(dst)
+	e.launchCorrectBlendU16(g.grid(), cu.DevicePtr(0), dst, src, flat, dark, norm16, flatMin,
+		n, h, w, g.outH, g.outW, dg.py, dg.px, dg.ty, dg.tx)
+	get(e, out.Pix, dst)
 }
 
 // devGeom is a blendGeom on the device.

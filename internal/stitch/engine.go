@@ -32,6 +32,17 @@ type Engine interface {
 	Close() error
 }
 
+// TileEngine is an Engine that keeps a plane's raw tiles on its device
+// between the BaSiC fit and the correction and blending (the GPU engine):
+// each plane's tiles cross to the device once instead of twice. The stage
+// uses it when the engine has it; the profiles and mosaics are the same
+// bits as Fit's and CorrectAndBlend's.
+type TileEngine interface {
+	UploadTiles(ctx context.Context, tiles []*raster.Gray16) (basic.DeviceTiles, error)
+	FitTiles(ctx context.Context, planes []basic.DeviceTiles, p basic.Params) ([]basic.Profile, error)
+	CorrectAndBlendTiles(ctx context.Context, t basic.DeviceTiles, prof *basic.Profile, flatMin float32, pos []raster.Point, bp blend.Params) (*raster.Gray16, error)
+}
+
 // CPUEngine is the reference implementation on the CPU, run only when the
 // CPU device is asked for explicitly.
 type CPUEngine struct {

@@ -291,7 +291,9 @@ func (r *cycleRun) memModel() memModel {
 // did not converge on (refitUniform); with the envelope darkfield
 // (stitching.profile_mode) each plane's flatfield is fitted with its
 // channel's darkfield known instead (no refit: that rule is not used).
-func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, ids []plane) ([]basic.Profile, error) {
+// dev, when not nil, holds the planes' tiles on a TileEngine's device,
+// fitted from there (the same profiles).
+func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, dev []basic.DeviceTiles, ids []plane) ([]basic.Profile, error) {
 	if r.mode == basic.ModeEnvelopeDarkfield {
 		darks := make([]basic.Darkfield, len(ids))
 		for i, id := range ids {
@@ -303,7 +305,13 @@ func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, ids []pla
 		}
 		return basic.FitWithDarkfield(ctx, r.o.Engine, planes, darks, r.bp)
 	}
-	profs, err := r.o.Engine.Fit(ctx, planes, r.bp)
+	var profs []basic.Profile
+	var err error
+	if te, ok := r.o.Engine.(TileEngine); ok && dev != nil {
+		profs, err = te.FitTiles(ctx, dev, r.bp)
+	} else {
+		profs, err = r.o.Engine.Fit(ctx, planes, r.bp)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +365,7 @@ func (r *cycleRun) alignReference(ctx context.Context, dir string) error {
 	}
 	r.tm.Read += since(t0)
 	t0 = time.Now()
-	r.refProf, err = r.fit(ctx, [][]*raster.Gray16{refTiles}, []plane{ref})
+	r.refProf, err = r.fit(ctx, [][]*raster.Gray16{refTiles}, nil, []plane{ref})
 	if err != nil {
 		return fmt.Errorf("cycle %d CH%d Z%d: basic fit: %w", o.Cycle, ref.ch, ref.z, err)
 	}
@@ -516,19 +524,43 @@ func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, dir string, start t
 // total.
 func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, dir string, done *int, total int) error {
 	o, ref := r.o, r.ref
+	t0 := time.Now()
+	// With a TileEngine each plane's tiles go to the device once, for the
+	// fit and the blending; they are freed as each plane is blended.
+	te, onDevice := o.Engine.(TileEngine)
+	var dts []basic.DeviceTiles
+	if onDevice {
+		dts = make([]basic.DeviceTiles, len(b))
+		defer func() {
+			for _, d := range dts {
+				if d != nil {
+					d.Free()
+				}
+			}
+		}()
+		for i := range b {
+			var err error
+			if dts[i], err = te.UploadTiles(ctx, b[i].tiles); err != nil {
+				return fmt.Errorf("cycle %d CH%d Z%d: tiles to the device: %w", o.Cycle, b[i].pl.ch, b[i].pl.z, err)
+			}
+		}
+	}
 	var fitPlanes [][]*raster.Gray16
+	var fitDev []basic.DeviceTiles
 	var fitIDs []plane
-	for _, d := range b {
+	for i, d := range b {
 		if d.pl != ref {
 			fitPlanes = append(fitPlanes, d.tiles)
 			fitIDs = append(fitIDs, d.pl)
+			if onDevice {
+				fitDev = append(fitDev, dts[i])
+			}
 		}
 	}
-	t0 := time.Now()
 	var profs []basic.Profile
 	if len(fitPlanes) > 0 {
 		var err error
-		if profs, err = r.fit(ctx, fitPlanes, fitIDs); err != nil {
+		if profs, err = r.fit(ctx, fitPlanes, fitDev, fitIDs); err != nil {
 			return fmt.Errorf("cycle %d: basic fit of %v: %w", o.Cycle, fitIDs, err)
 		}
 	}
@@ -553,7 +585,15 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 				"cycle", o.Cycle, "channel", pl.ch, "z", pl.z, "basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
 		}
 		t0 := time.Now()
-		mosaic, err := o.Engine.CorrectAndBlend(ctx, b[i].tiles, prof, flatMin, r.pos, blendP)
+		var mosaic *raster.Gray16
+		var err error
+		if onDevice {
+			mosaic, err = te.CorrectAndBlendTiles(ctx, dts[i], prof, flatMin, r.pos, blendP)
+			dts[i].Free()
+			dts[i] = nil
+		} else {
+			mosaic, err = o.Engine.CorrectAndBlend(ctx, b[i].tiles, prof, flatMin, r.pos, blendP)
+		}
 		if err != nil {
 			return fmt.Errorf("cycle %d CH%d Z%d: correct and blend: %w", o.Cycle, pl.ch, pl.z, err)
 		}

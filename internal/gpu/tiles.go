@@ -1,0 +1,123 @@
+//go:build cuda
+
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/mumax/3/cuda/cu"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+)
+
+// DevTiles is one plane's raw tiles (uint16 counts) held on the device, N
+// tiles of H x W px back to back (acquisition order): uploaded once for the
+// BaSiC fit and the correction and blending (the stitch stage's
+// basic.DeviceTiles).
+type DevTiles struct {
+	e       *Engine
+	N, H, W int
+	ptr     cu.DevicePtr
+}
+
+// UploadTiles copies a plane's raw tiles to the device; it returns when
+// the tiles may be reused.
+func (e *Engine) UploadTiles(ctx context.Context, tiles []*raster.Gray16) (basic.DeviceTiles, error) {
+	if len(tiles) < 1 || tiles[0] == nil {
+		return nil, fmt.Errorf("basic: no tiles to upload")
+	}
+	t := &DevTiles{e: e, N: len(tiles), H: tiles[0].H, W: tiles[0].W}
+	for k, g := range tiles {
+		if g == nil || g.W != t.W || g.H != t.H || len(g.Pix) != t.W*t.H || t.W < 1 || t.H < 1 {
+			return nil, fmt.Errorf("basic: tile %d is missing or not %dx%d", k, t.W, t.H)
+		}
+	}
+	err := e.do(ctx, "upload tiles", func() error {
+		plane := int64(t.H) * int64(t.W)
+		t.ptr = e.alloc(int64(t.N) * plane * 2)
+		segs := make([]hostSeg, t.N)
+		for k, g := range tiles {
+			segs[k] = hostSeg{host: unsafe.Pointer(&g.Pix[0]), dev: t.ptr + cu.DevicePtr(int64(k)*plane*2), n: plane * 2}
+		}
+		e.upload(segs)
+		return nil
+	})
+	if err != nil {
+		t.Free()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Free gives the tiles' device memory back; a second Free does nothing.
+func (t *DevTiles) Free() {
+	if t == nil || t.ptr == 0 {
+		return
+	}
+	ptr := t.ptr
+	t.ptr = 0
+	_ = t.e.do(context.Background(), "free tiles", func() error {
+		t.e.release(ptr)
+		return nil
+	})
+}
+
+// devTiles checks that dt is live tiles of this engine.
+func (e *Engine) devTiles(dt basic.DeviceTiles) (*DevTiles, error) {
+	t, ok := dt.(*DevTiles)
+	if !ok || t == nil || t.e != e || t.ptr == 0 {
+		return nil, fmt.Errorf("basic: tiles of another engine, or freed (%T)", dt)
+	}
+	return t, nil
+}
+
+// FitTiles is Fit on planes whose tiles are on the device: the same
+// profiles, bit for bit, without sending the tiles again.
+func (e *Engine) FitTiles(ctx context.Context, planes []basic.DeviceTiles, p basic.Params) ([]basic.Profile, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	ins := make([]fitInput, len(planes))
+	for i, dt := range planes {
+		t, err := e.devTiles(dt)
+		if err != nil {
+			return nil, fmt.Errorf("plane %d: %w", i, err)
+		}
+		if t.N < 2 {
+			return nil, fmt.Errorf("basic: plane %d: need at least 2 tiles, got %d", i, t.N)
+		}
+		ins[i] = fitInput{n: t.N, h: t.H, w: t.W, dev: t.ptr}
+	}
+	return e.fit(ctx, ins, p, defaultFitBatch)
+}
+
+// CorrectAndBlendTiles is CorrectAndBlend on tiles on the device.
+func (e *Engine) CorrectAndBlendTiles(ctx context.Context, dt basic.DeviceTiles, prof *basic.Profile, flatMin float32, pos []raster.Point, p blend.Params) (*raster.Gray16, error) {
+	t, err := e.devTiles(dt)
+	if err != nil {
+		return nil, err
+	}
+	if prof == nil || prof.H != t.H || prof.W != t.W || len(prof.Flatfield) != t.H*t.W || len(prof.Darkfield) != t.H*t.W {
+		return nil, fmt.Errorf("basic: profile does not fit tiles of %dx%d", t.W, t.H)
+	}
+	g, err := blendGeomSize(t.N, t.H, t.W, pos, p)
+	if err != nil {
+		return nil, err
+	}
+	out := raster.NewGray16(g.outW, g.outH)
+	err = e.do(ctx, "correct and blend", func() error {
+		if t.ptr == 0 {
+			return fmt.Errorf("basic: tiles freed")
+		}
+		e.blendRaw(g, t.ptr, t.N, t.H, t.W, prof, flatMin, out)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
