@@ -368,14 +368,14 @@ func cycleReport(ctx context.Context, cfg *config.Config, stage string, cj cycle
 			if err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrInput, err)
 			}
-			block = focusBlock(info.Width, info.Height)
+			block = Block(info.Width, info.Height)
 		}
 		err := par.ForEach(ctx, len(chj.files), opt.Workers, func(i int) error {
 			g, err := read(chj.files[i])
 			if err != nil {
 				return err
 			}
-			m := planestats.Of(g, max(block, focusBlock(g.W, g.H)))
+			m := planestats.Of(g, Block(g.W, g.H))
 			var nx int
 			if block > 0 {
 				nx, bf[i] = m.NX, m.BlockFocus()

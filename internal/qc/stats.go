@@ -32,7 +32,7 @@ type PlaneStats struct {
 // Stats computes the statistics of g (exact: planestats.Of, in the focus
 // map's blocks).
 func Stats(g *raster.Gray16) PlaneStats {
-	return StatsOf(planestats.Of(g, focusBlock(g.W, g.H)))
+	return StatsOf(planestats.Of(g, Block(g.W, g.H)))
 }
 
 // StatsOf derives a plane's statistics from its measure (computed on the
@@ -71,7 +71,7 @@ func StatsOf(m *planestats.Measure) PlaneStats {
 // pixels, in counts^2: larger for a sharper image of the same scene (the
 // usual variance-of-Laplacian focus measure). 0 for planes under 3 x 3 px.
 func Focus(g *raster.Gray16) float64 {
-	return planestats.Of(g, focusBlock(g.W, g.H)).Focus()
+	return planestats.Of(g, Block(g.W, g.H)).Focus()
 }
 
 // BlockFocus is Focus per block of block x block px (edge blocks smaller):

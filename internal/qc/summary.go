@@ -41,13 +41,11 @@ type Summarizer struct {
 func NewSummarizer(n, h, w int) *Summarizer {
 	s := &Summarizer{s: PlaneSummary{Planes: make([]PlaneStats, n), Focus: make([][]float64, n)}}
 	if n > 1 {
-		s.s.BlockPx = focusBlock(w, h)
+		s.s.BlockPx = Block(w, h)
 	}
 	return s
 }
 
-// focusBlock is the focus map's block size for planes of w x h px.
-func focusBlock(w, h int) int { return max(8, (max(w, h)+FocusMapBlocks-1)/FocusMapBlocks) }
 
 // Add adds plane i (0-based, z order) with z-plane number z and its path
 // relative to the project, measured here (planestats.Of); g is only read.
@@ -63,7 +61,7 @@ func (s *Summarizer) Add(i, z int, file string, g *raster.Gray16) {
 
 // Block is the block size, px, of the measures Summarizer.AddMeasure takes
 // for planes of w x h px (the focus map's).
-func Block(w, h int) int { return focusBlock(w, h) }
+func Block(w, h int) int { return max(8, (max(w, h)+FocusMapBlocks-1)/FocusMapBlocks) }
 
 // AddMeasure adds plane i (0-based, z order) from its measure, made in
 // blocks of Block px (on the host or on the device); the maximum
