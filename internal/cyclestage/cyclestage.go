@@ -329,8 +329,11 @@ func (s *sink) finish(ctx context.Context, i int, stitchSum *pending) error {
 	}
 	if s.summary {
 		stitchSum.wg.Wait()
-		if in, out := s.df.Maxima(i); in != nil && out != nil { // measured on the device
+		in, out := s.df.Maxima(i) // those measured on the device
+		if in != nil {
 			stitchSum.sum.SetMaxProjection(in)
+		}
+		if out != nil {
 			deconSum.SetMaxProjection(out)
 		}
 		if err := stitchSum.sum.Write(filepath.Join(s.dir, layout.ChannelDir(ch))); err != nil {

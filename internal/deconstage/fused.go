@@ -81,8 +81,8 @@ type fusedInput struct {
 func (f *Fused) MeasureOnDevice(block int) { f.block = block }
 
 // Maxima returns channel index i's pixelwise maximum over z of the planes
-// handed in and of the rounded planes, after its Channel, when they were
-// measured on the device (else nil, nil).
+// handed in and of the rounded planes, after its Channel, each when those
+// planes were measured on the device (else nil).
 func (f *Fused) Maxima(i int) (in, out *raster.Gray16) { return f.maxes[i][0], f.maxes[i][1] }
 
 // NewFused checks the settings (a bad one wraps ErrInput) and opens the
@@ -236,15 +236,14 @@ func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, to
 		}
 		dt.host = f.planes || dt.meter == nil || to == nil
 	}
-	meter := dt.meter
 	t2 := time.Now()
 	err = downloadEach(ctx, res, j, f.r.io, dt, emit)
 	c.WriteSec = time.Since(t2).Seconds()
-	if err != nil || meter == nil {
+	f.maxes[i][0] = inMax
+	if err != nil || dt.meter == nil {
 		return err
 	}
-	outMax, err := meter.MaxProjection(ctx)
-	f.maxes[i] = [2]*raster.Gray16{inMax, outMax}
+	f.maxes[i][1], err = dt.meter.MaxProjection(ctx)
 	return err
 }
 

@@ -46,7 +46,6 @@ func NewSummarizer(n, h, w int) *Summarizer {
 	return s
 }
 
-
 // Add adds plane i (0-based, z order) with z-plane number z and its path
 // relative to the project, measured here (planestats.Of); g is only read.
 func (s *Summarizer) Add(i, z int, file string, g *raster.Gray16) {
