@@ -234,7 +234,7 @@ func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, to
 			}
 			defer dt.meter.Free()
 		}
-		dt.host = f.planes || dt.meter == nil || to == nil
+		dt.deviceOnly = !f.planes && dt.meter != nil && to != nil
 	}
 	t2 := time.Now()
 	err = downloadEach(ctx, res, j, f.r.io, dt, emit)

@@ -95,23 +95,23 @@ func deconvolveOnDevice(ctx context.Context, e PlaneEngine, j *job, d decon.Devi
 }
 
 // target is where downloadEach also puts the rounded planes on the device
-// (the zero target: nowhere): to, an EDF device stack of out's engine, and
-// meter measuring them there (either may be nil); host: they come to the
-// host too.
+// (the zero target: nowhere, the planes come to the host): to, an EDF
+// device stack of out's engine, and meter measuring them there (either may
+// be nil); deviceOnly: they do not come to the host.
 type target struct {
-	to    edf.DeviceStack
-	meter planestats.Meter
-	host  bool
+	to         edf.DeviceStack
+	meter      planestats.Meter
+	deviceOnly bool
 }
 
 // downloadEach brings every plane of job j's result out back rounded to
 // uint16 (workers at once) and hands each, plane z 0-based, to fn; with a
 // target (out then is a meteredStack) also into it (Plane.InTarget) and
-// measured there, the host copy (Plane.Gray) only when dt.host.
+// measured there, the host copy (Plane.Gray) unless dt.deviceOnly.
 func downloadEach(ctx context.Context, out decon.DeviceStack, j *job, workers int, dt target, fn func(z int, p Plane) error) error {
 	return par.ForEach(ctx, j.n, workers, func(z int) error {
 		p := Plane{InTarget: dt.to != nil}
-		if dt.to == nil && dt.meter == nil || dt.host {
+		if !dt.deviceOnly {
 			p.Gray = raster.NewGray16(j.w, j.h)
 		}
 		var err error
