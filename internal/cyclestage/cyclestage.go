@@ -42,6 +42,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/edfstage"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/planestats"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/qc"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -240,15 +241,52 @@ func (s *sink) Begin(ctx context.Context, dir string, h, w int, zs []int) error 
 // intermediates, to its QC summary); after a channel's last plane it
 // deconvolves the channel into the EDF stage and fuses it, behind.
 func (s *sink) Plane(ctx context.Context, ch, z int, img *raster.Gray16) error {
-	i, ok := s.index[ch]
-	zi, okz := s.zi[z]
-	if !ok || !okz {
-		return fmt.Errorf("cycle %d: plane CH%d Z%d not in the cycle", s.cycle, ch, z)
+	i, zi, err := s.plane(ch, z)
+	if err != nil {
+		return err
 	}
 	m, err := s.df.Put(ctx, i, zi, img)
 	if err != nil {
 		return err
 	}
+	return s.handed(ctx, i, ch, zi, z, m, img)
+}
+
+// PlaneDevice is Plane for a mosaic on the device (stitch.DeviceSink): it
+// goes into the decon stage's device stack, measured there without
+// intermediates, when the channel's decon is on that device (taken);
+// otherwise nothing is done and the stage calls Plane.
+func (s *sink) PlaneDevice(ctx context.Context, ch, z int, p raster.DeviceGray16) (bool, error) {
+	i, zi, err := s.plane(ch, z)
+	if err != nil {
+		return false, err
+	}
+	m, ok, err := s.df.PutDevice(ctx, i, zi, p)
+	if err != nil || !ok {
+		return false, err
+	}
+	if s.summary && m == nil {
+		return false, fmt.Errorf("cycle %d: plane CH%d Z%d put on the device without its measure", s.cycle, ch, z)
+	}
+	return true, s.handed(ctx, i, ch, zi, z, m, nil)
+}
+
+// plane returns the config index of channel ch and the 0-based index of
+// z-plane z.
+func (s *sink) plane(ch, z int) (i, zi int, err error) {
+	i, ok := s.index[ch]
+	zi, okz := s.zi[z]
+	if !ok || !okz {
+		return 0, 0, fmt.Errorf("cycle %d: plane CH%d Z%d not in the cycle", s.cycle, ch, z)
+	}
+	return i, zi, nil
+}
+
+// handed books plane z (index zi) of channel ch (index i), put into the
+// decon stage: without intermediates its measure m (from the device) or,
+// when m is nil, img itself goes to the channel's summary; after the
+// channel's last plane the channel is deconvolved and fused behind.
+func (s *sink) handed(ctx context.Context, i, ch, zi, z int, m *planestats.Measure, img *raster.Gray16) error {
 	if s.summary {
 		if s.got == 0 {
 			s.sum = &pending{sum: qc.NewSummarizer(s.n, s.h, s.w)}

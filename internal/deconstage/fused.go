@@ -54,6 +54,13 @@ type meteredStack interface {
 	GetGray16Into(ctx context.Context, z int, to edf.DeviceStack, dst *raster.Gray16, m planestats.Meter) (*planestats.Measure, error)
 }
 
+// deviceInput is a device stack that takes planes already on its engine's
+// device (the GPU engine's: blended mosaics), measured with m when m is
+// not nil.
+type deviceInput interface {
+	PutDeviceGray16Measured(ctx context.Context, z int, src raster.DeviceGray16, m planestats.Meter) (*planestats.Measure, error)
+}
+
 // Plane is a rounded deconvolved plane handed on by Fused.Channel: Gray
 // (nil when it did not come to the host: not written, measured on the
 // device and already in the target), its Measure when measured on the
@@ -143,6 +150,32 @@ func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) (*planesta
 	}
 	toCounts(in.st.Plane(z), pg.Pix)
 	return nil, nil
+}
+
+// PutDevice is Put for a plane on the engine's device (src, only read):
+// where channel index i's planes go to a device stack that takes device
+// planes (and, when the planes are measured on the device, measures them
+// there) it puts it there without a trip through the host (ok); otherwise
+// it does nothing (ok false: the caller Puts the plane from the host).
+func (f *Fused) PutDevice(ctx context.Context, i, z int, src raster.DeviceGray16) (m *planestats.Measure, ok bool, err error) {
+	j, in := f.r.jobs[i], &f.input[i]
+	if w, h := src.Size(); w != j.w || h != j.h || z < 0 || z >= j.n {
+		return nil, false, fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, w, h, j.n-1, j.w, j.h)
+	}
+	if j.mode != modePlane {
+		return nil, false, nil
+	}
+	if in.dev == nil {
+		if err := f.begin(ctx, j, in); err != nil {
+			return nil, false, fmt.Errorf("channel %d: %w", j.ch, algInput(err))
+		}
+	}
+	di, isDev := in.dev.(deviceInput)
+	if !isDev || (f.block > 0 && in.meter == nil) {
+		return nil, false, nil
+	}
+	m, err = di.PutDeviceGray16Measured(ctx, z, src, in.meter)
+	return m, err == nil, err
 }
 
 // begin makes channel j's input: a device stack (plane form, with its

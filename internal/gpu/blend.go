@@ -160,15 +160,21 @@ func (e *Engine) uploadProfile(prof *basic.Profile) (flat, dark cu.DevicePtr) {
 // blendRaw corrects n raw tiles of h x w on the device (src) with prof and
 // blends them by g into out (rounded counts); on the engine thread.
 func (e *Engine) blendRaw(g *blendGeom, src cu.DevicePtr, n, h, w int, prof *basic.Profile, flatMin float32, out *raster.Gray16) {
+	dst := e.alloc(int64(len(out.Pix)) * 2)
+	defer e.release(dst)
+	e.blendRawInto(g, src, n, h, w, prof, flatMin, dst)
+	get(e, out.Pix, dst)
+}
+
+// blendRawInto is blendRaw into the device buffer dst (g.outH x g.outW
+// uint16 counts); on the engine thread.
+func (e *Engine) blendRawInto(g *blendGeom, src cu.DevicePtr, n, h, w int, prof *basic.Profile, flatMin float32, dst cu.DevicePtr) {
 	flat, dark := e.uploadProfile(prof)
 	defer e.release(flat, dark)
 	dg := e.putGeom(g)
 	defer dg.free(e)
-	dst := e.alloc(int64(len(out.Pix)) * 2)
-	defer e.release(dst)
 	e.launchCorrectBlendU16(g.grid(), cu.DevicePtr(0), dst, src, flat, dark, norm16, flatMin,
 		n, h, w, g.outH, g.outW, dg.py, dg.px, dg.ty, dg.tx)
-	get(e, out.Pix, dst)
 }
 
 // devGeom is a blendGeom on the device.

@@ -86,14 +86,9 @@ func (e *Engine) DownloadStack(ctx context.Context, d *DevStack) (*raster.Stack,
 
 // FreeStack returns a device stack's memory to the engine's pool.
 func (e *Engine) FreeStack(d *DevStack) {
-	if d == nil || d.ptr == 0 {
-		return
+	if d != nil {
+		e.freeDevice("decon free", &d.ptr)
 	}
-	_ = e.do(context.Background(), "decon free", func() error {
-		e.release(d.ptr)
-		d.ptr = 0
-		return nil
-	})
 }
 
 // Deconvolve implements decon.Deconvolver (host form: upload, device form,
@@ -667,17 +662,48 @@ func (e *Engine) UploadPlaneGray16Measured(ctx context.Context, d *DevStack, z i
 		if err := m.check(e, d); err != nil {
 			return err
 		}
-		n := int64(d.H) * int64(d.W)
-		tmp := e.alloc(n * 2)
+		tmp := e.alloc(int64(d.H) * int64(d.W) * 2)
 		defer e.release(tmp)
 		put(e, tmp, pg.Pix)
-		e.launchNormalizeU16(grid1(n), d.ptr+cu.DevicePtr(int64(z)*n*4), tmp, n, float32(1))
-		if m != nil {
-			r = m.measure(tmp)
-		}
+		r = e.planeIn(d, z, tmp, m)
 		return nil
 	})
 	return r, err
+}
+
+// PutPlaneFromDevice is UploadPlaneGray16Measured from a plane already on
+// the device (src: uint16 counts of the stack's plane size, e.g. a blended
+// mosaic from CorrectAndBlendTilesDevice), which is only read: the same
+// float32 plane and measure without the trip through the host.
+func (e *Engine) PutPlaneFromDevice(ctx context.Context, d *DevStack, z int, src *DevGray16, m *PlaneMeter) (*planestats.Measure, error) {
+	if d == nil || d.ptr == 0 || z < 0 || z >= d.N {
+		return nil, fmt.Errorf("%w: plane %d does not fit the device stack", decon.ErrInput, z)
+	}
+	var r *planestats.Measure
+	err := e.do(ctx, "decon put device plane", func() error {
+		if err := m.check(e, d); err != nil {
+			return err
+		}
+		p, err := e.devGray16(src, d.W, d.H)
+		if err != nil {
+			return fmt.Errorf("%w: %w", decon.ErrInput, err)
+		}
+		r = e.planeIn(d, z, p.ptr, m)
+		return nil
+	})
+	return r, err
+}
+
+// planeIn converts the uint16 plane q (counts, on the device) into plane z
+// of d as float32 (exact) and measures it with m (nil: no measure, nil
+// result); on the engine thread.
+func (e *Engine) planeIn(d *DevStack, z int, q cu.DevicePtr, m *PlaneMeter) *planestats.Measure {
+	n := int64(d.H) * int64(d.W)
+	e.launchNormalizeU16(grid1(n), d.ptr+cu.DevicePtr(int64(z)*n*4), q, n, float32(1))
+	if m == nil {
+		return nil
+	}
+	return m.measure(q)
 }
 
 // DownloadPlaneGray16 rounds plane z of d to uint16 on the device

@@ -69,6 +69,23 @@ func (*Engine) RoundPlaneInto(context.Context, *DevStack, int, *EDFStack, *raste
 	return nil, ErrNoCUDA
 }
 
+// PutPlaneFromDevice returns ErrNoCUDA.
+func (*Engine) PutPlaneFromDevice(context.Context, *DevStack, int, *DevGray16, *PlaneMeter) (*planestats.Measure, error) {
+	return nil, ErrNoCUDA
+}
+
+// DevGray16 is a plane on the device; in this build there is none.
+type DevGray16 struct{}
+
+// Size is 0 x 0.
+func (*DevGray16) Size() (w, h int) { return 0, 0 }
+
+// Download returns ErrNoCUDA.
+func (*DevGray16) Download(context.Context, *raster.Gray16) error { return ErrNoCUDA }
+
+// Free does nothing.
+func (*DevGray16) Free() {}
+
 // PlaneMeter measures planes on the device; in this build there is none.
 type PlaneMeter struct{}
 

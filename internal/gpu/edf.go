@@ -343,13 +343,7 @@ func (s *EDFStack) Fuse(ctx context.Context, g edf.Gate, p edf.Params) (*edf.Res
 
 // Free gives the stack's device memory back to the engine's pool.
 func (s *EDFStack) Free() {
-	if s == nil || s.ptr == 0 {
-		return
+	if s != nil {
+		s.e.freeDevice("edf free stack", &s.ptr)
 	}
-	ptr := s.ptr
-	s.ptr = 0
-	_ = s.e.do(context.Background(), "edf free stack", func() error {
-		s.e.release(ptr)
-		return nil
-	})
 }

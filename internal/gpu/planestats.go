@@ -87,14 +87,9 @@ func (m *PlaneMeter) MaxProjection(ctx context.Context) (*raster.Gray16, error) 
 
 // Free gives the meter's device memory back; a second Free does nothing.
 func (m *PlaneMeter) Free() {
-	if m == nil || (m.hist == 0 && m.mom == 0 && m.mx == 0) {
-		return
+	if m != nil {
+		m.e.freeDevice("plane meter free", &m.hist, &m.mom, &m.mx)
 	}
-	_ = m.e.do(context.Background(), "plane meter free", func() error {
-		m.e.release(m.hist, m.mom, m.mx)
-		m.hist, m.mom, m.mx = 0, 0, 0
-		return nil
-	})
 }
 
 // check reports whether m can measure planes of stack d.

@@ -70,6 +70,21 @@ func (s *deconStack) PutGray16Measured(ctx context.Context, z int, pg *raster.Gr
 	return s.e.UploadPlaneGray16Measured(ctx, s.d, z, pg, pm)
 }
 
+// PutDeviceGray16Measured is PutGray16Measured from a plane on the device
+// (a *DevGray16 of this engine, e.g. a blended mosaic), which is only read;
+// m may be nil (no measure, nil result) (PutPlaneFromDevice).
+func (s *deconStack) PutDeviceGray16Measured(ctx context.Context, z int, src raster.DeviceGray16, m planestats.Meter) (*planestats.Measure, error) {
+	pm, err := s.meter(m)
+	if err != nil {
+		return nil, err
+	}
+	p, ok := src.(*DevGray16)
+	if !ok {
+		return nil, fmt.Errorf("%w: a device plane of another kind (%T)", decon.ErrInput, src)
+	}
+	return s.e.PutPlaneFromDevice(ctx, s.d, z, p, pm)
+}
+
 // GetGray16Into rounds plane z on the device into plane z of to (an EDF
 // device stack of this engine from EDFDeviceStack; nil: none), measures it
 // there with m (a meter from NewMeter; nil: none) and copies it into dst

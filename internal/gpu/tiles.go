@@ -55,15 +55,9 @@ func (e *Engine) UploadTiles(ctx context.Context, tiles []*raster.Gray16) (basic
 
 // Free gives the tiles' device memory back; a second Free does nothing.
 func (t *DevTiles) Free() {
-	if t == nil || t.ptr == 0 {
-		return
+	if t != nil {
+		t.e.freeDevice("free tiles", &t.ptr)
 	}
-	ptr := t.ptr
-	t.ptr = 0
-	_ = t.e.do(context.Background(), "free tiles", func() error {
-		t.e.release(ptr)
-		return nil
-	})
 }
 
 // devTiles checks that dt is live tiles of this engine.
@@ -95,8 +89,26 @@ func (e *Engine) FitTiles(ctx context.Context, planes []basic.DeviceTiles, p bas
 	return e.fit(ctx, ins, p, defaultFitBatch)
 }
 
-// CorrectAndBlendTiles is CorrectAndBlend on tiles on the device.
+// CorrectAndBlendTiles is CorrectAndBlend on tiles on the device
+// (CorrectAndBlendTilesDevice, the mosaic then copied to the host).
 func (e *Engine) CorrectAndBlendTiles(ctx context.Context, dt basic.DeviceTiles, prof *basic.Profile, flatMin float32, pos []raster.Point, p blend.Params) (*raster.Gray16, error) {
+	dm, err := e.CorrectAndBlendTilesDevice(ctx, dt, prof, flatMin, pos, p)
+	if err != nil {
+		return nil, err
+	}
+	defer dm.Free()
+	w, h := dm.Size()
+	out := raster.NewGray16(w, h)
+	if err := dm.Download(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CorrectAndBlendTilesDevice is CorrectAndBlendTiles with the mosaic left
+// on the device (a *DevGray16; the caller frees it): the fused cycle puts
+// it into the decon stage's device stack without a trip through the host.
+func (e *Engine) CorrectAndBlendTilesDevice(ctx context.Context, dt basic.DeviceTiles, prof *basic.Profile, flatMin float32, pos []raster.Point, p blend.Params) (raster.DeviceGray16, error) {
 	t, err := e.devTiles(dt)
 	if err != nil {
 		return nil, err
@@ -108,16 +120,82 @@ func (e *Engine) CorrectAndBlendTiles(ctx context.Context, dt basic.DeviceTiles,
 	if err != nil {
 		return nil, err
 	}
-	out := raster.NewGray16(g.outW, g.outH)
+	out := &DevGray16{e: e, W: g.outW, H: g.outH}
 	err = e.do(ctx, "correct and blend", func() error {
 		if t.ptr == 0 {
 			return fmt.Errorf("basic: tiles freed")
 		}
-		e.blendRaw(g, t.ptr, t.N, t.H, t.W, prof, flatMin, out)
+		out.ptr = e.alloc(int64(g.outW) * int64(g.outH) * 2)
+		e.blendRawInto(g, t.ptr, t.N, t.H, t.W, prof, flatMin, out.ptr)
 		return nil
 	})
 	if err != nil {
+		out.Free()
 		return nil, err
 	}
 	return out, nil
+}
+
+// DevGray16 is a uint16 plane of H x W px (counts, row-major) held on the
+// device (raster.DeviceGray16): a blended mosaic.
+type DevGray16 struct {
+	e    *Engine
+	W, H int
+	ptr  cu.DevicePtr
+}
+
+// Size is the plane's size in px.
+func (p *DevGray16) Size() (w, h int) { return p.W, p.H }
+
+// Download copies the plane into dst (W x H) and returns when dst holds it.
+func (p *DevGray16) Download(ctx context.Context, dst *raster.Gray16) error {
+	if dst == nil || dst.W != p.W || dst.H != p.H || len(dst.Pix) != p.W*p.H {
+		return fmt.Errorf("gpu: a %dx%d device plane does not fit the host plane", p.W, p.H)
+	}
+	return p.e.do(ctx, "download plane", func() error {
+		if p.ptr == 0 {
+			return fmt.Errorf("gpu: device plane freed")
+		}
+		get(p.e, dst.Pix, p.ptr)
+		return nil
+	})
+}
+
+// Free gives the plane's device memory back; a second Free does nothing.
+func (p *DevGray16) Free() {
+	if p != nil {
+		p.e.freeDevice("free plane", &p.ptr)
+	}
+}
+
+// devGray16 checks that src is a live plane of this engine of w x h px.
+func (e *Engine) devGray16(src raster.DeviceGray16, w, h int) (*DevGray16, error) {
+	p, ok := src.(*DevGray16)
+	if !ok || p == nil || p.e != e || p.ptr == 0 {
+		return nil, fmt.Errorf("gpu: a device plane of another engine, or freed (%T)", src)
+	}
+	if p.W != w || p.H != h {
+		return nil, fmt.Errorf("gpu: a device plane of %dx%d, want %dx%d", p.W, p.H, w, h)
+	}
+	return p, nil
+}
+
+// freeDevice gives the buffers at ptrs back to the pool (on the engine
+// thread, named op) and zeroes them; zero pointers are skipped, so a
+// second call does nothing.
+func (e *Engine) freeDevice(op string, ptrs ...*cu.DevicePtr) {
+	var live []cu.DevicePtr
+	for _, p := range ptrs {
+		if *p != 0 {
+			live = append(live, *p)
+			*p = 0
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	_ = e.do(context.Background(), op, func() error {
+		e.release(live...)
+		return nil
+	})
 }

@@ -67,3 +67,94 @@ func TestTilesOnDeviceMatchHostForms(t *testing.T) {
 		t.Error("freed tiles fitted")
 	}
 }
+
+// TestDeviceMosaicIntoStack: CorrectAndBlendTilesDevice's mosaic, put into
+// a decon device stack on the device (PutPlaneFromDevice), gives the
+// float32 plane and the measure that the host mosaic uploaded gives
+// (UploadPlaneGray16Measured), bit for bit; a plane of another size or a
+// freed one is refused.
+func TestDeviceMosaicIntoStack(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(6, 2))
+	p := basic.Production()
+	bp := blend.Params{Sigma: 15, OverlapY: 0.3, OverlapX: 0.3}
+	tiles, pos, _ := randomMosaic(rng, 3, 3, 70, 110, 0.3)
+	prof, err := testEngine.Fit(ctx, [][]*raster.Gray16{tiles}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dt, err := testEngine.UploadTiles(ctx, tiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dt.Free()
+	host, err := testEngine.CorrectAndBlend(ctx, tiles, &prof[0], 0.1, pos, bp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := testEngine.CorrectAndBlendTilesDevice(ctx, dt, &prof[0], 0.1, pos, bp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dm.Free()
+	if w, h := dm.Size(); w != host.W || h != host.H {
+		t.Fatalf("device mosaic %dx%d, host %dx%d", w, h, host.W, host.H)
+	}
+	const block = 16
+	stacks := make([]*DevStack, 2)
+	meas := make([]any, 2)
+	for k := range stacks {
+		d, err := testEngine.AllocStack(ctx, 2, host.H, host.W)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer testEngine.FreeStack(d)
+		m, err := testEngine.NewPlaneMeter(ctx, host.H, host.W, block)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Free()
+		if k == 0 {
+			meas[k], err = testEngine.UploadPlaneGray16Measured(ctx, d, 1, host, m)
+		} else {
+			meas[k], err = testEngine.PutPlaneFromDevice(ctx, d, 1, dm.(*DevGray16), m)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		stacks[k] = d
+	}
+	if !reflect.DeepEqual(meas[0], meas[1]) {
+		t.Error("the device mosaic's measure differs from the host mosaic's")
+	}
+	a, err := testEngine.DownloadStack(ctx, stacks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := testEngine.DownloadStack(ctx, stacks[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a.Plane(1), b.Plane(1)) {
+		t.Error("the device mosaic's float32 plane differs from the host mosaic's")
+	}
+	back := raster.NewGray16(host.W, host.H)
+	if err := dm.Download(ctx, back); err != nil || !reflect.DeepEqual(back.Pix, host.Pix) {
+		t.Errorf("device mosaic downloaded differs from the host mosaic (err %v)", err)
+	}
+	small, err := testEngine.AllocStack(ctx, 1, host.H-1, host.W)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer testEngine.FreeStack(small)
+	if _, err := testEngine.PutPlaneFromDevice(ctx, small, 0, dm.(*DevGray16), nil); err == nil {
+		t.Error("a mosaic put into a stack of another plane size")
+	}
+	dm.Free()
+	if _, err := testEngine.PutPlaneFromDevice(ctx, stacks[1], 0, dm.(*DevGray16), nil); err == nil {
+		t.Error("a freed mosaic put into a stack")
+	}
+	if err := dm.Download(ctx, back); err == nil {
+		t.Error("a freed mosaic downloaded")
+	}
+}

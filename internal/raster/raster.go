@@ -8,10 +8,15 @@
 //   - Gray16 holds raw detector counts (0..65535). Float32 holds either counts
 //     or intensities normalised to [0, 1] by 65535; each API states which.
 //
-// This package has no GPU dependency; GPU code depends on it, never the reverse.
+// This package has no GPU dependency; GPU code depends on it, never the
+// reverse (DeviceGray16 is only the interface an engine's device plane
+// satisfies).
 package raster
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // Gray16 is a uint16 plane in detector counts, row-major (y, x), x fastest.
 type Gray16 struct {
@@ -25,6 +30,16 @@ func NewGray16(w, h int) *Gray16 {
 		panic(fmt.Sprintf("raster: invalid size %dx%d", w, h))
 	}
 	return &Gray16{W: w, H: h, Pix: make([]uint16, w*h)}
+}
+
+// DeviceGray16 is a Gray16 held on an engine's device (the GPU's blended
+// mosaics): its size (px), a copy to a host plane of that size (returning
+// when dst holds it), and Free, which gives the device memory back (a
+// second Free does nothing). Its owner frees it.
+type DeviceGray16 interface {
+	Size() (w, h int)
+	Download(ctx context.Context, dst *Gray16) error
+	Free()
 }
 
 // At returns pixel (y, x).

@@ -41,6 +41,9 @@ type TileEngine interface {
 	UploadTiles(ctx context.Context, tiles []*raster.Gray16) (basic.DeviceTiles, error)
 	FitTiles(ctx context.Context, planes []basic.DeviceTiles, p basic.Params) ([]basic.Profile, error)
 	CorrectAndBlendTiles(ctx context.Context, t basic.DeviceTiles, prof *basic.Profile, flatMin float32, pos []raster.Point, bp blend.Params) (*raster.Gray16, error)
+	// CorrectAndBlendTilesDevice is CorrectAndBlendTiles with the mosaic
+	// left on the device (the caller frees it): for a DeviceSink.
+	CorrectAndBlendTilesDevice(ctx context.Context, t basic.DeviceTiles, prof *basic.Profile, flatMin float32, pos []raster.Point, bp blend.Params) (raster.DeviceGray16, error)
 }
 
 // CPUEngine is the reference implementation on the CPU, run only when the

@@ -101,6 +101,18 @@ type Sink interface {
 	End(ctx context.Context) error
 }
 
+// DeviceSink is a Sink that takes blended planes on the engine's device
+// (the fused cycle on the GPU: straight into the decon stage's device
+// stack), used when the engine is a TileEngine. PlaneDevice is Plane for a
+// mosaic on the device, which it only reads and the stage frees after it;
+// taken false: the sink did nothing with it (its decon is not on the
+// device) and the stage hands the plane to Plane from the host instead.
+// Either way each plane reaches the sink once.
+type DeviceSink interface {
+	Sink
+	PlaneDevice(ctx context.Context, ch, z int, p raster.DeviceGray16) (taken bool, err error)
+}
+
 // Timings are the wall-clock seconds spent per step (steps overlap: reading
 // runs ahead of compute and writing behind it).
 type Timings struct {
@@ -587,8 +599,9 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 		t0 := time.Now()
 		var mosaic *raster.Gray16
 		var err error
+		sunk := false // the sink has the plane
 		if onDevice {
-			mosaic, err = te.CorrectAndBlendTiles(ctx, dts[i], prof, flatMin, r.pos, blendP)
+			mosaic, sunk, err = r.blendOnDevice(ctx, te, dts[i], pl, prof, flatMin, blendP)
 			dts[i].Free()
 			dts[i] = nil
 		} else {
@@ -602,7 +615,7 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 		b[i].tiles = nil
 		r.gc()
 		rd.done()
-		if o.Sink != nil {
+		if o.Sink != nil && !sunk {
 			if err := o.Sink.Plane(ctx, pl.ch, pl.z, mosaic); err != nil {
 				return err
 			}
@@ -622,6 +635,35 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 			"basic_rounds", prof.Reweights, "basic_iterations", prof.Iterations)
 	}
 	return nil
+}
+
+// blendOnDevice corrects and blends a plane's tiles on the device. With a
+// DeviceSink the mosaic goes to the sink there (sunk: it took it), and
+// comes to the host only when it is written or the sink did not take it
+// (mosaic nil otherwise).
+func (r *cycleRun) blendOnDevice(ctx context.Context, te TileEngine, dt basic.DeviceTiles, pl plane, prof *basic.Profile, flatMin float32, bp blend.Params) (mosaic *raster.Gray16, sunk bool, err error) {
+	ds, ok := r.o.Sink.(DeviceSink)
+	if !ok {
+		mosaic, err = te.CorrectAndBlendTiles(ctx, dt, prof, flatMin, r.pos, bp)
+		return mosaic, false, err
+	}
+	dm, err := te.CorrectAndBlendTilesDevice(ctx, dt, prof, flatMin, r.pos, bp)
+	if err != nil {
+		return nil, false, err
+	}
+	defer dm.Free()
+	if sunk, err = ds.PlaneDevice(ctx, pl.ch, pl.z, dm); err != nil {
+		return nil, false, err
+	}
+	if sunk && r.o.NoPlanes {
+		return nil, true, nil
+	}
+	w, h := dm.Size()
+	mosaic = raster.NewGray16(w, h)
+	if err := dm.Download(ctx, mosaic); err != nil {
+		return nil, false, err
+	}
+	return mosaic, sunk, nil
 }
 
 // alignTiles corrects the reference plane on the CPU and aligns its tiles.

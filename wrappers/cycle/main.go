@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -58,7 +57,7 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 			if err != nil {
 				return err
 			}
-			stop, err := cliutil.CPUProfile(os.Getenv("KINTSUGI_CPUPROFILE"))
+			stop, err := cliutil.Profile()
 			if err != nil {
 				return err
 			}
