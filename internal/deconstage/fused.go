@@ -134,8 +134,8 @@ func (f *Fused) Geometry(ctx context.Context, n, h, w int) error {
 // returned when it was measured on the device (MeasureOnDevice), else nil.
 func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) (*planestats.Measure, error) {
 	j, in := f.r.jobs[i], &f.input[i]
-	if pg.W != j.w || pg.H != j.h || z < 0 || z >= j.n {
-		return nil, fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, pg.W, pg.H, j.n-1, j.w, j.h)
+	if err := j.fits(z, pg.W, pg.H); err != nil {
+		return nil, err
 	}
 	if in.dev == nil && in.st == nil {
 		if err := f.begin(ctx, j, in); err != nil {
@@ -159,8 +159,9 @@ func (f *Fused) Put(ctx context.Context, i, z int, pg *raster.Gray16) (*planesta
 // it does nothing (ok false: the caller Puts the plane from the host).
 func (f *Fused) PutDevice(ctx context.Context, i, z int, src raster.DeviceGray16) (m *planestats.Measure, ok bool, err error) {
 	j, in := f.r.jobs[i], &f.input[i]
-	if w, h := src.Size(); w != j.w || h != j.h || z < 0 || z >= j.n {
-		return nil, false, fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, w, h, j.n-1, j.w, j.h)
+	w, h := src.Size()
+	if err := j.fits(z, w, h); err != nil {
+		return nil, false, err
 	}
 	if j.mode != modePlane {
 		return nil, false, nil
@@ -176,6 +177,14 @@ func (f *Fused) PutDevice(ctx context.Context, i, z int, src raster.DeviceGray16
 	}
 	m, err = di.PutDeviceGray16Measured(ctx, z, src, in.meter)
 	return m, err == nil, err
+}
+
+// fits checks that plane z (0-based) of w x h px is one of the job's.
+func (j *job) fits(z, w, h int) error {
+	if w != j.w || h != j.h || z < 0 || z >= j.n {
+		return fmt.Errorf("channel %d: plane %d of %dx%d, want 0..%d of %dx%d", j.ch, z, w, h, j.n-1, j.w, j.h)
+	}
+	return nil
 }
 
 // begin makes channel j's input: a device stack (plane form, with its

@@ -684,11 +684,10 @@ func (e *Engine) PutPlaneFromDevice(ctx context.Context, d *DevStack, z int, src
 		if err := m.check(e, d); err != nil {
 			return err
 		}
-		p, err := e.devGray16(src, d.W, d.H)
-		if err != nil {
+		if err := src.checkLive(e, d.W, d.H); err != nil {
 			return fmt.Errorf("%w: %w", decon.ErrInput, err)
 		}
-		r = e.planeIn(d, z, p.ptr, m)
+		r = e.planeIn(d, z, src.ptr, m)
 		return nil
 	})
 	return r, err

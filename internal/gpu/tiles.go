@@ -168,16 +168,15 @@ func (p *DevGray16) Free() {
 	}
 }
 
-// devGray16 checks that src is a live plane of this engine of w x h px.
-func (e *Engine) devGray16(src raster.DeviceGray16, w, h int) (*DevGray16, error) {
-	p, ok := src.(*DevGray16)
-	if !ok || p == nil || p.e != e || p.ptr == 0 {
-		return nil, fmt.Errorf("gpu: a device plane of another engine, or freed (%T)", src)
+// checkLive checks that p is a live plane of engine e of w x h px.
+func (p *DevGray16) checkLive(e *Engine, w, h int) error {
+	if p == nil || p.e != e || p.ptr == 0 {
+		return fmt.Errorf("gpu: a device plane of another engine, or freed")
 	}
 	if p.W != w || p.H != h {
-		return nil, fmt.Errorf("gpu: a device plane of %dx%d, want %dx%d", p.W, p.H, w, h)
+		return fmt.Errorf("gpu: a device plane of %dx%d, want %dx%d", p.W, p.H, w, h)
 	}
-	return p, nil
+	return nil
 }
 
 // freeDevice gives the buffers at ptrs back to the pool (on the engine
