@@ -36,6 +36,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/basic"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/blend"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/cliutil"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
@@ -118,7 +119,13 @@ func main() {
 	flag.BoolVar(&f.skipGen, "skip-gen", false, "reuse the project already in -dir")
 	stage := flag.String("stage", "stitch", "what to measure: "+stageNames()+", or all")
 	flag.Parse()
-	if err := runStages(context.Background(), *stage, f); err != nil {
+	// KINTSUGI_CPUPROFILE / KINTSUGI_TRACE, as the wrappers take them
+	stop, err := cliutil.Profile()
+	if err == nil {
+		err = runStages(context.Background(), *stage, f)
+		stop()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpubench:", err)
 		os.Exit(1)
 	}

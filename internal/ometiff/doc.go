@@ -37,12 +37,14 @@
 //
 // # Memory and concurrency
 //
-// Channels are loaded one at a time (Channel.Load), so at most one channel's
-// full plane and its pyramid (about 4/3 of the plane; the reduced levels'
-// buffers are reused from channel to channel) are in memory, plus about
-// 3 x Workers tiles being compressed or waiting to be written and a 4 MiB
-// write buffer. Before each load after the first, Write runs the garbage
-// collector so that the previous plane is gone, not just unreferenced.
+// Channels are loaded one at a time (Channel.Load), each with its pyramid
+// made while the channel before it is compressed, so that the workers do
+// not wait for reading and downsampling: at most two channels' planes and
+// two sets of reduced levels (about 1/3 of a plane each, reused from
+// channel to channel) are in memory, plus about 3 x Workers tiles being
+// compressed or waiting to be written and a 4 MiB write buffer. Before
+// each load after the first, the garbage collector runs, so that the plane
+// written before the one being compressed is gone, not just unreferenced.
 // Tiles are compressed by Options.Workers goroutines (every tile of the
 // channel's levels is one job; up to 2 x Workers + 1 are in flight while
 // the calling goroutine hashes and writes the finished ones in file order),

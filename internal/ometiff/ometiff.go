@@ -23,8 +23,9 @@ import (
 )
 
 // Channel is one plane of the image: its marker name (the OME Channel Name)
-// and a loader called once, when the channel is written; channels are
-// loaded one at a time, in order.
+// and a loader called once; channels are loaded one at a time, in order,
+// each while the channel before it is written (on another goroutine than
+// Write's).
 type Channel struct {
 	Name string
 	Load func() (*raster.Gray16, error)
@@ -190,20 +191,11 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 			return err
 		}
 		pos := dataStart
-		pyr := make([]*raster.Gray16, nLevels) // reduced levels, reused across channels
-		for c, ch := range channels {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if c > 0 {
-				// Free the previous channel's plane before loading the next,
-				// so that the heap holds one plane, not two.
-				runtime.GC()
-			}
-			err := writeChannel(ctx, bw, &pos, width, height, ch, specs[c*nLevels:(c+1)*nLevels], pyr, o)
-			if err != nil {
-				return fmt.Errorf("channel %d (%q): %w", c, ch.Name, err)
-			}
+		err := forEachLoaded(ctx, channels, width, height, nLevels, o.Workers, func(c int, imgs []*raster.Gray16) error {
+			return writeChannel(ctx, bw, &pos, imgs, specs[c*nLevels:(c+1)*nLevels], o)
+		})
+		if err != nil {
+			return err
 		}
 		if err := bw.Flush(); err != nil {
 			return err
@@ -220,14 +212,89 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 		if int64(len(meta)) > dataStart {
 			panic("ometiff: metadata outgrew its layout")
 		}
-		_, err := wa.WriteAt(meta, 0)
+		_, err = wa.WriteAt(meta, 0)
 		return err
 	})
 }
 
-// writeChannel loads one channel, builds its pyramid in pyr[1:] and appends
-// its tiles at *pos, recording their offsets and sizes in levels.
-func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, height int, ch Channel, levels []ifdSpec, pyr []*raster.Gray16, o Options) error {
+// forEachLoaded calls fn for each channel in order with its plane and
+// reduced levels (imgs, nLevels of them), loading and downsampling the
+// next channel on another goroutine while fn runs: two sets of levels
+// take turns, and before a load the garbage collector runs so that the
+// plane before the one fn holds is gone, not just unreferenced. It
+// returns the first error of a load (wrapped with the channel) or of fn,
+// once the loading goroutine has stopped.
+func forEachLoaded(ctx context.Context, channels []Channel, width, height, nLevels, workers int, fn func(c int, imgs []*raster.Gray16) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type loaded struct {
+		imgs []*raster.Gray16
+		err  error
+	}
+	sets := make(chan []*raster.Gray16, 2)
+	for range 2 {
+		sets <- make([]*raster.Gray16, nLevels)
+	}
+	ready := make(chan loaded, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ready)
+		for c, ch := range channels {
+			var imgs []*raster.Gray16
+			select {
+			case imgs = <-sets:
+			case <-ctx.Done():
+				return
+			}
+			if c > 0 {
+				runtime.GC()
+			}
+			err := loadLevels(ctx, ch, width, height, imgs, workers)
+			if err != nil {
+				err = fmt.Errorf("channel %d (%q): %w", c, ch.Name, err)
+			}
+			select {
+			case ready <- loaded{imgs, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	err := func() error {
+		for c := range channels {
+			var l loaded
+			var ok bool
+			select {
+			case l, ok = <-ready:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if !ok {
+				return ctx.Err()
+			}
+			if l.err != nil {
+				return l.err
+			}
+			if err := fn(c, l.imgs); err != nil {
+				return fmt.Errorf("channel %d (%q): %w", c, channels[c].Name, err)
+			}
+			l.imgs[0] = nil // the plane is the loader's; the reduced levels are reused
+			sets <- l.imgs
+		}
+		return nil
+	}()
+	cancel()
+	<-done
+	return err
+}
+
+// loadLevels loads ch into imgs[0], checks its size and makes its reduced
+// levels in imgs[1:] (reusing the buffers there).
+func loadLevels(ctx context.Context, ch Channel, width, height int, imgs []*raster.Gray16, workers int) error {
 	img, err := ch.Load()
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
@@ -240,14 +307,19 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, width, heig
 	case len(img.Pix) != width*height:
 		return fmt.Errorf("plane has %d pixels, %dx%d needs %d", len(img.Pix), width, height, width*height)
 	}
-	imgs := pyr
 	imgs[0] = img
-	defer func() { imgs[0] = nil }()
-	for k := 1; k < len(levels); k++ {
-		if imgs[k], err = downsample(ctx, imgs[k], imgs[k-1], o.Workers); err != nil {
+	for k := 1; k < len(imgs); k++ {
+		if imgs[k], err = downsample(ctx, imgs[k], imgs[k-1], workers); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// writeChannel appends the tiles of one channel's levels (imgs: the plane,
+// then its reduced levels) at *pos, recording their offsets and sizes in
+// levels.
+func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, imgs []*raster.Gray16, levels []ifdSpec, o Options) error {
 	// tiles of every level, in file order
 	type tileRef struct{ level, index, x0, y0 int }
 	var tiles []tileRef

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -574,14 +576,16 @@ func TestSmallImageHasNoSubIFDs(t *testing.T) {
 	}
 }
 
-// TestOnePlaneAtATime: when a channel is loaded, the previous channel's
-// plane is no longer on the heap (only the reused reduced levels, 1/3 of a
-// plane, and the write buffers are).
+// TestOnePlaneAtATime: when a channel is loaded (while the one before is
+// written), the heap holds the plane being written and the two reused sets
+// of reduced levels (1/3 of a plane each) and write buffers, but not the
+// plane written before it: below 2 planes above the first load (with it,
+// 2 2/3 planes).
 func TestOnePlaneAtATime(t *testing.T) {
 	const w, h = 3000, 3000
 	plane := int64(2 * w * h)
 	var heap []int64
-	ch := make([]Channel, 3)
+	ch := make([]Channel, 4)
 	for c := range ch {
 		ch[c] = Channel{Name: strconv.Itoa(c), Load: func() (*raster.Gray16, error) {
 			var ms runtime.MemStats
@@ -594,11 +598,73 @@ func TestOnePlaneAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for c := 1; c < len(heap); c++ {
-		if d := heap[c] - heap[0]; d > plane*3/4 {
+		if d := heap[c] - heap[0]; d > 2*plane {
 			t.Errorf("heap at load of channel %d is %.1f MB above channel 0's (a plane is %.1f MB)", c, float64(d)/1e6, float64(plane)/1e6)
 		}
 	}
 	t.Logf("heap at each load: %v bytes (plane %d)", heap, plane)
+}
+
+// TestLoadsAhead: the next channel is loaded (and downsampled) while the
+// one before is written: the writing of channel c waits until channel
+// c+1's load has started, which without the read-ahead never happens
+// (the test fails after 20 s instead of hanging); loads are in order, once
+// each; a load's error names its channel and is returned once the writer
+// of the channel before has finished.
+func TestLoadsAhead(t *testing.T) {
+	const w, h = 1500, 1200
+	rng := rand.New(rand.NewPCG(9, 9))
+	planes := []*raster.Gray16{randPlane(rng, w, h), randPlane(rng, w, h), randPlane(rng, w, h)}
+	started := make([]chan struct{}, len(planes))
+	var loads []int
+	ch := make([]Channel, len(planes))
+	for c := range ch {
+		started[c] = make(chan struct{})
+		ch[c] = Channel{Name: strconv.Itoa(c), Load: func() (*raster.Gray16, error) {
+			loads = append(loads, c) // one loader goroutine at a time
+			close(started[c])
+			return planes[c], nil
+		}}
+	}
+	levels := len(LevelSizes(w, h))
+	var written []int
+	err := forEachLoaded(context.Background(), ch, w, h, levels, 2, func(c int, imgs []*raster.Gray16) error {
+		if imgs[0] != planes[c] || len(imgs) != levels || !samePix(imgs[1], Downsample(planes[c])) {
+			t.Errorf("channel %d: fn got another plane or its levels wrong", c)
+		}
+		if c+1 < len(planes) {
+			select {
+			case <-started[c+1]:
+			case <-time.After(20 * time.Second):
+				return fmt.Errorf("channel %d was not loaded while channel %d was written", c+1, c)
+			}
+		}
+		written = append(written, c)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(loads, []int{0, 1, 2}) || !slices.Equal(written, []int{0, 1, 2}) {
+		t.Errorf("loads %v, writes %v: want 0, 1, 2 each", loads, written)
+	}
+
+	for c := range ch {
+		ch[c].Load = func() (*raster.Gray16, error) { return planes[c], nil }
+	}
+	ch[2].Load = func() (*raster.Gray16, error) { return nil, errors.New("disk on fire") }
+	written = nil
+	err = forEachLoaded(context.Background(), ch, w, h, levels, 2, func(c int, imgs []*raster.Gray16) error {
+		written = append(written, c)
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), `channel 2 ("2"): load: disk on fire`) || !slices.Equal(written, []int{0, 1}) {
+		t.Errorf("failing load: %v after writing %v; want channel 2's error after 0 and 1", err, written)
+	}
+}
+
+func samePix(a, b *raster.Gray16) bool {
+	return a.W == b.W && a.H == b.H && slices.Equal(a.Pix, b.Pix)
 }
 
 // TestDifferencePaths: the in-place uint16 differencing (little-endian

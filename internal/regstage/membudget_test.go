@@ -170,7 +170,7 @@ func TestMemPlans(t *testing.T) {
 		}
 		m := newMemModel(be, g, 0, 0, "")
 		ps := plans(g.Workers, g.Channels)
-		if ps[0] != (memPlan{In: 4, Out: 4}) || ps[len(ps)-1] != minPlan {
+		if ps[0] != (memPlan{In: 4, Out: 4, Beside: true}) || ps[1] != (memPlan{In: 4, Out: 4}) || ps[len(ps)-1] != minPlan {
 			t.Fatalf("plans %+v", ps)
 		}
 		for i := 1; i < len(ps); i++ {

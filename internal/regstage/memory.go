@@ -38,7 +38,8 @@ const ConfigKeyMem = "resources.mem_registration"
 //	reference  Out·(read + writeScratch) + levels + overlay   (the reference
 //	           cycle's images are read and rewritten padded, Out at once)
 //	cycles     In·read + Out·written + 2·levels + engine + overlay
-//	ome        P + read + P/3 (the pyramid's reduced levels) + the
+//	ome        P + read + 2·P/3 (the plane being compressed, the next
+//	           one being read, their pyramids' reduced levels) + the
 //	           OME-TIFF writer's tiles (ometiff.WriterMemory)
 //
 // where In planes are read and not yet warped (the cycle's DAPI from its
@@ -168,10 +169,21 @@ func deviceName(be register.Backend) string {
 type memPlan struct {
 	In  int // planes read and not yet warped (>= 1)
 	Out int // warped planes being produced or written (>= 1)
+	// Beside: the OME-TIFF is written while the cycles are registered
+	// (each channel read back once its registered image is written), not
+	// after them; its phase's memory adds to theirs.
+	Beside bool
 }
 
-// Planes is the most full-size planes the plan holds at once.
-func (p memPlan) Planes() int { return p.In + p.Out }
+// Planes is the most full-size planes the plan holds at once: the
+// OME-TIFF writer's two (the plane compressed, the next read) with the
+// registration's when they overlap.
+func (p memPlan) Planes() int {
+	if p.Beside {
+		return p.In + p.Out + 2
+	}
+	return p.In + p.Out
+}
 
 type memModel struct {
 	g            geometry
@@ -197,7 +209,7 @@ func newMemModel(be register.Backend, g geometry, resident, budget int64, source
 	for _, s := range ometiff.LevelSizes(g.W, g.H)[1:] {
 		pyr += int64(s[0]) * int64(s[1]) * 2
 	}
-	ome := P + read + pyr + ometiff.WriterMemory(omeTileSize, g.Workers)
+	ome := P + read + 2*pyr + ometiff.WriterMemory(omeTileSize, g.Workers)
 	return memModel{g: g, e: em, plane: P, read: read, wrote: P + writeScratch, ome: ome,
 		budget: budget, budgetSource: source}
 }
@@ -207,6 +219,9 @@ func (m memModel) live(p memPlan) int64 {
 	lv, ov := m.g.levelBytes(), m.g.overlayBytes()
 	ref := int64(p.Out)*(m.read+writeScratch) + lv + ov
 	cyc := int64(p.In)*m.read + int64(p.Out)*m.wrote + 2*lv + m.e.Register + ov
+	if p.Beside {
+		return max(ref, cyc) + m.ome
+	}
 	return max(ref, cyc, m.ome)
 }
 
@@ -229,19 +244,22 @@ var minPlan = memPlan{In: 1, Out: 1}
 
 // plans lists the plans from the preferred (k = max(2, min(workers,
 // channels, 4)) planes read and k written: a cycle's channels are read
-// while its DAPI is registered, and written while the next are warped)
-// down to minPlan, shrinking what costs the least time first: the
-// read-ahead beyond one plane, write slots beyond 2, the last read-ahead,
-// the last write-behind slot.
+// while its DAPI is registered, and written while the next are warped;
+// the OME-TIFF written beside the registration) down to minPlan,
+// shrinking what costs the least time first: the OME-TIFF's overlap (it
+// then follows the registration), the read-ahead beyond one plane, write
+// slots beyond 2, the last read-ahead, the last write-behind slot.
 func plans(workers, channels int) []memPlan {
 	k := max(2, min(workers, channels, 4))
-	p := memPlan{In: k, Out: k}
+	p := memPlan{In: k, Out: k, Beside: true}
 	out := []memPlan{p}
+	p.Beside = false
 	add := func() {
 		if out[len(out)-1] != p {
 			out = append(out, p)
 		}
 	}
+	add()
 	p.In = 2
 	add()
 	p.Out = 2

@@ -22,30 +22,25 @@ const OMEName = "registered.ome.tif"
 const omeTileSize = 512
 
 // writeOME writes registered.ome.tif (internal/ometiff) and markers.csv
-// beside it: every cycle x channel in the order of Markers (cycle by
-// cycle, the config's channel order), each channel named by its marker,
-// pixel size xy_pixel_size nm, 512 px tiles. Channels are read back one at
-// a time from the registered images already written, so memory stays at
-// one plane plus the writer's tiles.
-func writeOME(ctx context.Context, cfg *config.Config, dir string, res *Result, workers int, lg *slog.Logger) error {
+// beside it: every cycle x channel of files (registered image names by
+// cycle) in the order of Markers (cycle by cycle, the config's channel
+// order), each channel named by its marker, pixel size xy_pixel_size nm,
+// 512 px tiles, w x h px. Channels are read back one at a time from the registered
+// images in dir, so memory stays at two planes plus the writer's tiles;
+// when ready is not nil, each image is read once ready(path) returned nil
+// (the OME-TIFF written while the registration writes them).
+func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int][]string, w, h, workers int, lg *slog.Logger, ready func(path string) error) error {
 	t0 := time.Now()
-	files := map[int][]string{}
-	for _, c := range res.Cycles {
-		files[c.Cycle] = c.Files
-	}
 	list := Markers(cfg, files)
 	var chans []ometiff.Channel
-	w, h := 0, 0
 	for _, m := range list {
 		path := filepath.Join(dir, layout.CycleName(m.Cycle), m.File)
-		if w == 0 {
-			info, err := tiffio.ReadInfo(path)
-			if err != nil {
-				return err
-			}
-			w, h = info.Width, info.Height
-		}
 		chans = append(chans, ometiff.Channel{Name: m.Name, Load: func() (*raster.Gray16, error) {
+			if ready != nil {
+				if err := ready(path); err != nil {
+					return nil, err
+				}
+			}
 			g, err := tiffio.ReadGray16(path)
 			if err != nil {
 				return nil, err

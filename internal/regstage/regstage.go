@@ -311,7 +311,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer membudget.SetGoLimit(mm.goLimit())()
 	lg.Info("memory plan", "budget", membudget.Describe(o.MemBudget, o.MemBudgetSource),
-		"planes_read", plan.In, "planes_written", plan.Out, "planes_in_memory", plan.Planes(),
+		"planes_read", plan.In, "planes_written", plan.Out, "ome_tiff_beside", plan.Beside, "planes_in_memory", plan.Planes(),
 		"planned", membudget.Format(mm.need(plan)), "fixed", membudget.Format(mm.e.Fixed), "go_limit", membudget.Format(mm.goLimit()),
 		"plane", fmt.Sprintf("%dx%d px, %s", w, h, membudget.Format(mm.plane)), "padding", pad)
 
@@ -329,6 +329,30 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	lg.Info("registration", "cycles", len(cycles), "reference", res.Reference, "size", fmt.Sprintf("%dx%d", w, h),
 		"backend", o.Engine.Name(), "method", method, "workers", workers)
 
+	// The OME-TIFF is written beside the registration when the plan allows
+	// (each channel once its registered image is), else after it.
+	files := map[int][]string{}
+	for _, ci := range cycles {
+		files[ci.cycle] = ci.files
+	}
+	var written *fileSignals
+	var omeWait func() error // the OME-TIFF writer beside: its result, once it has returned
+	if plan.Beside && len(cycles) > 1 {
+		written = newFileSignals()
+		octx, ocancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- writeOME(octx, cfg, d.Path, files, w, h, workers, lg, written.wait(octx)) }()
+		var once sync.Once
+		var omeErr error
+		omeWait = func() error {
+			once.Do(func() { omeErr = <-done })
+			return omeErr
+		}
+		defer func() {
+			ocancel()
+			omeWait() // the writer has stopped before the staging directory may go
+		}()
+	}
 	if len(cycles) == 1 {
 		method = "copy_single_cycle"
 		ci := cycles[0]
@@ -340,7 +364,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Cycles = append(res.Cycles, CycleResult{Cycle: ci.cycle, Files: ci.files})
 		lg.Info("single cycle: EDF images copied", "cycle", ci.cycle)
 	} else {
-		if err := registerAll(ctx, o, p, plan, cycles, h, w, d.Path, res); err != nil {
+		if err := registerAll(ctx, o, p, plan, cycles, h, w, d.Path, res, written); err != nil {
 			return nil, err
 		}
 	}
@@ -348,7 +372,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, c := range res.Cycles {
 		names = append(names, strconv.Itoa(c.Cycle))
 	}
-	if err := writeOME(ctx, cfg, d.Path, res, workers, lg); err != nil {
+	if omeWait != nil {
+		err = omeWait()
+	} else {
+		err = writeOME(ctx, cfg, d.Path, files, w, h, workers, lg, nil)
+	}
+	if err != nil {
 		return nil, err
 	}
 	res.Seconds = time.Since(t0).Seconds()
@@ -387,8 +416,56 @@ type pipeline struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	err     error
-	held    int // planes in slots now
-	most    int // the most at once
+	held    int          // planes in slots now
+	most    int          // the most at once
+	written *fileSignals // registered images written, for the OME-TIFF beside (nil: none)
+}
+
+// write writes a registered image and signals it written.
+func (pl *pipeline) write(path string, g *raster.Gray16) error {
+	if err := writeGray16(path, g); err != nil {
+		return err
+	}
+	if pl.written != nil {
+		pl.written.done(path)
+	}
+	return nil
+}
+
+// fileSignals says which files are written: one channel per path, closed
+// once it is.
+type fileSignals struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func newFileSignals() *fileSignals { return &fileSignals{m: map[string]chan struct{}{}} }
+
+func (f *fileSignals) ch(path string) chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.m[path]
+	if !ok {
+		c = make(chan struct{})
+		f.m[path] = c
+	}
+	return c
+}
+
+// done marks path written (once).
+func (f *fileSignals) done(path string) { close(f.ch(path)) }
+
+// wait returns a function that waits until its path is written or ctx is
+// done (its error).
+func (f *fileSignals) wait(ctx context.Context) func(path string) error {
+	return func(path string) error {
+		select {
+		case <-f.ch(path):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func newPipeline(p memPlan) *pipeline {
@@ -485,13 +562,14 @@ func (pl *pipeline) readAhead(ctx context.Context, ci cycleInput, skip string, h
 	return ch, done
 }
 
-func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan, cycles []cycleInput, h, w int, out string, res *Result) (err error) {
+func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan, cycles []cycleInput, h, w int, out string, res *Result, written *fileSignals) (err error) {
 	lg := o.Logger
 	if lg == nil {
 		lg = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	pl := newPipeline(plan)
+	pl.written = written
 	// Background writes end before the staging directory may be removed.
 	defer func() {
 		cancel()
@@ -534,7 +612,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 			if err != nil {
 				return err
 			}
-			return writeGray16(dst, g)
+			return pl.write(dst, g)
 		})
 	}
 	res.Cycles = append(res.Cycles, CycleResult{Cycle: refIn.cycle, Files: refIn.files, Seconds: time.Since(t0).Seconds()})
@@ -607,7 +685,7 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 			return nil, fmt.Errorf("cycle %d: warp %s: %w", ci.cycle, file, err)
 		}
 		path := filepath.Join(out, name, file)
-		pl.background(func() error { return writeGray16(path, warped[0]) })
+		pl.background(func() error { return pl.write(path, warped[0]) })
 		return warped[0], nil
 	}
 	dapiW, err := warp(dapi, ci.dapi)
