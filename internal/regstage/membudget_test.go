@@ -134,6 +134,29 @@ func TestMemBudgetHeld(t *testing.T) {
 	for _, name := range exectest.Differing(want, got) {
 		t.Errorf("%s differs between the unconstrained and the budgeted run", name)
 	}
+
+	// The preferred plan writes the OME-TIFF beside the registration: both
+	// phases' memory at once, within its budget (the model's need, plus
+	// what the child's runtime may hold beyond this process's model).
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	best := plans(workers, memChannels)[0]
+	budget = m.need(best) + 64*membudget.MB
+	peak, _, stderr, code = childRun(t, cfgPath, budget, workers)
+	if code != 0 {
+		t.Fatalf("run under %s: exit %d\n%s", membudget.Format(budget), code, stderr)
+	}
+	t.Logf("under the budget %s (plan %+v): peak %s", membudget.Format(budget), best, membudget.Format(peak))
+	if !best.Beside || !strings.Contains(stderr, "ome_tiff_beside=true") {
+		t.Errorf("plan %+v under %s: want the OME-TIFF beside the registration; log:\n%s", best, membudget.Format(budget), stderr)
+	}
+	if peak > budget {
+		t.Errorf("peak resident set %s exceeds the budget %s of the plan with the OME-TIFF beside", membudget.Format(peak), membudget.Format(budget))
+	}
+	for _, name := range exectest.Differing(want, exectest.ReadTree(t, out)) {
+		t.Errorf("%s differs between the unconstrained run and the one with the OME-TIFF beside under its budget", name)
+	}
 }
 
 // An impossible budget is refused before anything is read or written,
