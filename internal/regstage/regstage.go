@@ -36,7 +36,9 @@
 // channel is warped one at a time (the DAPI first, so that it is dropped
 // before the next channel comes in) and handed to a bounded write-behind,
 // and the cycle's transform, metrics and overlay are written as soon as it
-// is done. The OME-TIFF re-reads the registered images one at a time.
+// is done. The OME-TIFF re-reads the registered images, each as soon as
+// it is written (beside the registration, when the plan's budget holds
+// both; else after it).
 //
 // Bad input is an error wrapping ErrInput that names the file, cycle or
 // config key: a missing EDF sentinel, directory or image; the reference
