@@ -25,6 +25,7 @@ var kernelModules = []kernelModule{
 	{"basic", []string{"alm_mean_img", "alm_sort", "alm_norms", "alm_gram", "alm_reset_pix", "alm_reset_elem", "alm_reset_scalars", "alm_flat_in", "alm_flat_shrink", "alm_masks", "alm_pass", "alm_control", "alm_dark_a1", "alm_dark_soft", "alm_dark_out", "alm_end_offset", "alm_reweight", "alm_reweight_scale", "alm_end_flat", "fill_f64", "dct_pass", "flat_normalise"}},
 	{"blend", []string{"correct_u16", "quantize_f32", "normalize_u16", "blend_f32", "correct_blend_u16"}},
 	{"decon", []string{"decon_pad", "decon_check", "decon_conv", "decon_conv_k1_z1", "decon_conv_k1_z4", "decon_conv_k3_z1", "decon_conv_k3_z4", "decon_conv_k5_z1", "decon_conv_k5_z4", "decon_conv_k7_z1", "decon_conv_k7_z4", "decon_conv_k9_z1", "decon_conv_k9_z4", "decon_conv_k11_z1", "decon_conv_k11_z4", "decon_conv_k13_z1", "decon_conv_k13_z4", "decon_conv_k15_z1", "decon_conv_k15_z4", "decon_damp", "decon_tv", "decon_free", "decon_box_zero", "decon_predict", "decon_rows", "decon_sums", "decon_hist", "decon_scale", "decon_quantize", "decon_fft_place", "decon_fft_mul", "decon_fft_take"}},
+	{"deflate", []string{"df_count", "df_code"}},
 	{"edf", []string{"edf_gate_u16", "edf_gate_f32", "edf_gauss_y_u16", "edf_gauss_y_f32", "edf_gauss_x", "edf_var_argmax", "edf_gather_u16", "edf_gather_f32", "edf_wl_load_u16", "edf_wl_load_f32", "edf_wl_atrous_y", "edf_wl_atrous_x", "edf_wl_select", "edf_wl_low", "edf_wl_majority", "edf_wl_comp_init", "edf_wl_synth", "edf_wl_out_u16", "edf_wl_map_index", "edf_wl_out_f32"}},
 	{"planestats", []string{"ps_hist", "ps_lap_moments", "ps_max_u16"}},
 	{"register", []string{"reg_downsample", "reg_warp", "reg_block_sample", "reg_block_window", "reg_cross_power", "reg_pcm_peak"}},
@@ -539,6 +540,38 @@ func (e *Engine) launchDeconFftMul(d dim, s cu.DevicePtr, k cu.DevicePtr, scale 
 //	extern "C" __global__ void decon_fft_take(float* dst, const float* src, int nz, int ny, int nx, int fy, int fx, int cz, int cy, int cx, int mode, const float* aux, float eps)
 func (e *Engine) launchDeconFftTake(d dim, dst cu.DevicePtr, src cu.DevicePtr, nz int, ny int, nx int, fy int, fx int, cz int, cy int, cx int, mode int, aux cu.DevicePtr, eps float32) {
 	e.launchArgs("decon_fft_take", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(fy)), uint64(int64(fx)), uint64(int64(cz)), uint64(int64(cy)), uint64(int64(cx)), uint64(int64(mode)), uint64(aux), uint64(math.Float32bits(eps)))
+}
+
+// launchDfCount launches kernel df_count (kernels/deflate.cu:17).
+//
+// df_count: CUDA block i is deflate block i of the ts x ts tiles of the
+// H x W uint16 image p (tilesX across, row-major; tile t = i / bpt): the
+// bytes [b*BB, min((b+1)*BB, 2*ts*ts)) of the tile's predicted bytes, b =
+// i % bpt. A tile sample (row r, column c; 0 outside the image) minus the
+// sample left of it (c > 0), as uint16, goes little-endian to
+// pred[t*2*ts*ts + 2*(r*ts + c)]; hist[256*i + x] counts the block's bytes
+// and sums[2*i], sums[2*i+1] are its Adler sums s1 = sum x_j and
+// s2 = sum (L - j + 1) x_j over its L bytes (exact). Blocks of 256
+// threads, each a contiguous run of samples.
+//
+//	extern "C" __global__ void df_count(unsigned char* pred, unsigned int* hist, unsigned long long* sums, const unsigned short* p, int H, int W, int ts, int tilesX, int bpt, int BB)
+func (e *Engine) launchDfCount(d dim, pred cu.DevicePtr, hist cu.DevicePtr, sums cu.DevicePtr, p cu.DevicePtr, H int, W int, ts int, tilesX int, bpt int, BB int) {
+	e.launchArgs("df_count", d, uint64(pred), uint64(hist), uint64(sums), uint64(p), uint64(int64(H)), uint64(int64(W)), uint64(int64(ts)), uint64(int64(tilesX)), uint64(int64(bpt)), uint64(int64(BB)))
+}
+
+// launchDfCode launches kernel df_code (kernels/deflate.cu:78).
+//
+// df_code: CUDA block i codes deflate block i when at[i] >= 0: its bytes
+// in pred (as df_count wrote them), byte x as lut[256*i + x] = code |
+// length << 16 (the code bit-reversed, so sent LSB first), into the zeroed
+// little-endian 32-bit words out from bit at[i]. Each of the 256 threads
+// (blocks of exactly 256) codes a contiguous run of the block's bytes from
+// the bit the runs before it end at; words shared with a neighbouring run,
+// block or header are ORed atomically.
+//
+//	extern "C" __global__ void df_code(unsigned int* out, const unsigned char* pred, const unsigned int* lut, const i64* at, int ts, int bpt, int BB)
+func (e *Engine) launchDfCode(d dim, out cu.DevicePtr, pred cu.DevicePtr, lut cu.DevicePtr, at cu.DevicePtr, ts int, bpt int, BB int) {
+	e.launchArgs("df_code", d, uint64(out), uint64(pred), uint64(lut), uint64(at), uint64(int64(ts)), uint64(int64(bpt)), uint64(int64(BB)))
 }
 
 // launchEdfGateU16 launches kernel edf_gate_u16 (kernels/edf.cu:50).

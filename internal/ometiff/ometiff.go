@@ -19,6 +19,7 @@ import (
 	"github.com/klauspost/compress/zlib"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/atomicfile"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
@@ -39,6 +40,12 @@ type Options struct {
 	// Level is the tiles' deflate level: Adaptive (0, the default), 1
 	// (BestSpeed) to 9 (BestCompression), or HuffmanOnly.
 	Level int
+	// Coder, when set, does the Huffman-only coding (Adaptive,
+	// HuffmanOnly) of each level's tiles at once (huffman.go; a GPU):
+	// other bytes than this package's own encoder, the same pixels;
+	// Adaptive's level-1 tiles stay on the CPU. Each level's coded tiles
+	// are in memory at once (about 3/4 of the level's raw bytes).
+	Coder Coder
 }
 
 // Deflate levels (Options.Level): those of compress/zlib, and Adaptive.
@@ -330,21 +337,64 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, imgs []*ras
 		}
 	}
 	ts := levels[0].tileSize
+	emit := func(t tileRef, data []byte) error {
+		if _, err := bw.Write(data); err != nil {
+			return err
+		}
+		levels[t.level].offsets[t.index] = uint64(*pos)
+		levels[t.level].counts[t.index] = uint64(len(data))
+		*pos += int64(len(data))
+		return nil
+	}
+	if o.Coder != nil && (o.Level == Adaptive || o.Level == HuffmanOnly) {
+		for k, img := range imgs {
+			streams, err := codedTiles(ctx, o, img, ts)
+			if err != nil {
+				return fmt.Errorf("level %d: %w", k, err)
+			}
+			for i, data := range streams {
+				if err := emit(tileRef{level: k, index: i}, data); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	return compressOrdered(ctx, len(tiles), o.Workers, o.Level, ts*ts*2,
 		func(i int, e *tileEncoder) {
 			t := tiles[i]
 			e.encode(imgs[t.level], t.x0, t.y0, ts)
 		},
-		func(i int, data []byte) error {
-			t := tiles[i]
-			if _, err := bw.Write(data); err != nil {
-				return err
-			}
-			levels[t.level].offsets[t.index] = uint64(*pos)
-			levels[t.level].counts[t.index] = uint64(len(data))
-			*pos += int64(len(data))
+		func(i int, data []byte) error { return emit(tiles[i], data) })
+}
+
+// codedTiles deflates every tile of img Huffman-only through o.Coder and,
+// for Adaptive, replaces a tile coded below a quarter of its raw bytes by
+// its level-1 stream where that is smaller (as the tile encoder does).
+func codedTiles(ctx context.Context, o Options, img *raster.Gray16, ts int) ([][]byte, error) {
+	streams, err := CodeTiles(ctx, o.Coder, img, ts, o.Workers)
+	if err != nil || o.Level != Adaptive {
+		return streams, err
+	}
+	across := (img.W + ts - 1) / ts
+	encs := make(chan *tileEncoder, max(1, o.Workers))
+	for range cap(encs) {
+		encs <- newTileEncoder(BestSpeed, 2*ts*ts)
+	}
+	err = par.ForEach(ctx, len(streams), max(1, o.Workers), func(t int) error {
+		if 4*len(streams[t]) >= 2*ts*ts {
 			return nil
-		})
+		}
+		e := <-encs
+		defer func() { encs <- e }()
+		e.out = new(bytes.Buffer)
+		e.encode(img, t%across*ts, t/across*ts, ts)
+		if e.out.Len() < len(streams[t]) {
+			streams[t] = e.out.Bytes()
+		}
+		return nil
+	})
+	return streams, err
 }
 
 // tileEncoder is one worker's scratch: the raw tile, the zlib writer of the

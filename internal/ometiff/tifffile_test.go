@@ -95,10 +95,22 @@ print(json.dumps(out, ensure_ascii=False))
 print('ok')
 `
 
+// TestTifffileReadsPyramid: tifffile reads the fixture as written by the
+// tile encoder and with the Huffman-only tiles of a Coder (CPUCoder, the
+// GPU's reference).
 func TestTifffileReadsPyramid(t *testing.T) {
 	needTifffile(t)
+	for name, o := range map[string]Options{
+		"encoder": {PixelSizeNM: fixPixelNM, Workers: 2},
+		"coder":   {PixelSizeNM: fixPixelNM, Workers: 2, Coder: CPUCoder{Workers: 2}},
+	} {
+		t.Run(name, func(t *testing.T) { tifffileCheck(t, o) })
+	}
+}
+
+func tifffileCheck(t *testing.T, o Options) {
 	dir := t.TempDir()
-	path := writeFixture(t, dir, "fixture.ome.tif", Options{PixelSizeNM: fixPixelNM, Workers: 2})
+	path := writeFixture(t, dir, "fixture.ome.tif", o)
 	raw := filepath.Join(dir, "planes.raw")
 	f, err := os.Create(raw)
 	if err != nil {

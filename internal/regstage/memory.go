@@ -40,7 +40,11 @@ const ConfigKeyMem = "resources.mem_registration"
 //	cycles     In·read + Out·written + 2·levels + engine + overlay
 //	ome        P + read + 2·P/3 (the plane being compressed, the next
 //	           one being read, their pyramids' reduced levels) + the
-//	           OME-TIFF writer's tiles (ometiff.WriterMemory)
+//	           OME-TIFF writer's tiles (ometiff.WriterMemory); with a
+//	           backend that codes the tiles (ometiff.Coder, the GPU) also
+//	           a level's coded tiles at once (<= its padded tiles' bytes
+//	           plus framing, about 1.01 P), its blocks' counts and codes
+//	           (P/16) and Adaptive's level-1 tiles (< P/4): 3P/2
 //
 // where In planes are read and not yet warped (the cycle's DAPI from its
 // read until its own warp, then the channel being warped, plus In−1
@@ -210,6 +214,9 @@ func newMemModel(be register.Backend, g geometry, resident, budget int64, source
 		pyr += int64(s[0]) * int64(s[1]) * 2
 	}
 	ome := P + read + 2*pyr + ometiff.WriterMemory(omeTileSize, g.Workers)
+	if _, coded := be.(ometiff.Coder); coded {
+		ome += P + P/2
+	}
 	return memModel{g: g, e: em, plane: P, read: read, wrote: P + writeScratch, ome: ome,
 		budget: budget, budgetSource: source}
 }

@@ -28,8 +28,10 @@ const omeTileSize = 512
 // 512 px tiles, w x h px. Channels are read back one at a time from the registered
 // images in dir, so memory stays at two planes plus the writer's tiles;
 // when ready is not nil, each image is read once ready(path) returned nil
-// (the OME-TIFF written while the registration writes them).
-func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int][]string, w, h, workers int, lg *slog.Logger, ready func(path string) error) error {
+// (the OME-TIFF written while the registration writes them). A coder (the
+// GPU's, found on the backend) codes the tiles Huffman-only; nil: the
+// writer's own encoder on the CPU.
+func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int][]string, w, h, workers int, coder ometiff.Coder, lg *slog.Logger, ready func(path string) error) error {
 	t0 := time.Now()
 	list := Markers(cfg, files)
 	var chans []ometiff.Channel
@@ -55,7 +57,7 @@ func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int
 		return nil
 	}
 	out := filepath.Join(dir, OMEName)
-	if err := ometiff.Write(ctx, out, w, h, chans, ometiff.Options{PixelSizeNM: cfg.XYPixelSize, TileSize: omeTileSize, Workers: workers}); err != nil {
+	if err := ometiff.Write(ctx, out, w, h, chans, ometiff.Options{PixelSizeNM: cfg.XYPixelSize, TileSize: omeTileSize, Workers: workers, Coder: coder}); err != nil {
 		return err
 	}
 	if err := writeMarkers(filepath.Join(dir, MarkersName), list); err != nil {

@@ -87,6 +87,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -337,13 +338,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, ci := range cycles {
 		files[ci.cycle] = ci.files
 	}
+	coder, _ := o.Engine.(ometiff.Coder) // the GPU codes the OME-TIFF's tiles
 	var written *fileSignals
 	var omeWait func() error // the OME-TIFF writer beside: its result, once it has returned
 	if plan.Beside && len(cycles) > 1 {
 		written = newFileSignals()
 		octx, ocancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- writeOME(octx, cfg, d.Path, files, w, h, workers, lg, written.wait(octx)) }()
+		go func() { done <- writeOME(octx, cfg, d.Path, files, w, h, workers, coder, lg, written.wait(octx)) }()
 		var once sync.Once
 		var omeErr error
 		omeWait = func() error {
@@ -377,7 +379,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if omeWait != nil {
 		err = omeWait()
 	} else {
-		err = writeOME(ctx, cfg, d.Path, files, w, h, workers, lg, nil)
+		err = writeOME(ctx, cfg, d.Path, files, w, h, workers, coder, lg, nil)
 	}
 	if err != nil {
 		return nil, err
