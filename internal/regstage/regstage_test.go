@@ -1,6 +1,7 @@
 package regstage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"image/png"
@@ -14,6 +15,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/align"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/regstage/regtest"
@@ -377,4 +379,65 @@ func TestReferenceChannel(t *testing.T) {
 	os.Remove(p)
 	_, err = run(cfg, register.CPU{Workers: 2})
 	wantInput(t, err, "registration.reference_channel", cfg.EDFFileName(3, 2), "cycle 3")
+}
+
+// codingBackend is a backend that also codes the OME-TIFF's tiles
+// (ometiff.Coder), as the GPU's Registrar does: here with CPUCoder, the
+// GPU coder's reference.
+type codingBackend struct {
+	register.CPU
+	ometiff.CPUCoder
+}
+
+// TestOMEThroughBackendCoder: with a backend that codes the OME-TIFF's
+// tiles, the OME-TIFF is coded through it (its bytes differ from the
+// writer's own encoder's), and every channel's full-resolution page is the
+// registered image, in markers order, as without it.
+func TestOMEThroughBackendCoder(t *testing.T) {
+	cfg, _ := project(t, 2)
+	out := OutDir(cfg.ProjectDir)
+	if _, err := run(cfg, register.CPU{Workers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	own, err := os.ReadFile(filepath.Join(out, OMEName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(cfg, codingBackend{register.CPU{Workers: 2}, ometiff.CPUCoder{Workers: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(out, OMEName)
+	coded, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(coded, own) {
+		t.Errorf("the OME-TIFF is the writer's own encoding: the backend's coder was not used")
+	}
+	pages, err := tiffio.ReadGray16Pages(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[int][]string{}
+	for c := 1; c <= 2; c++ {
+		for _, ch := range cfg.Channels {
+			files[c] = append(files[c], cfg.EDFFileName(c, ch))
+		}
+	}
+	list := Markers(cfg, files)
+	if len(pages) != len(list) {
+		t.Fatalf("%d pages, %d markers", len(pages), len(list))
+	}
+	for i, m := range list {
+		g, err := tiffio.ReadGray16(filepath.Join(out, layout.CycleName(m.Cycle), m.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equal(pages[i], g) {
+			t.Errorf("page %d (%s) is not the registered %s", i, m.Name, m.File)
+		}
+	}
 }
