@@ -19,6 +19,14 @@
 //     github.com/klauspost/compress at Options.Level: by default (Adaptive)
 //     Huffman-only, and at level 1 where that codes a tile below a quarter
 //     of its raw size and level 1 is smaller.
+//   - With Options.Coder (a GPU, found by the registration stage on its
+//     backend; CPUCoder is its reference) the Huffman-only tiles are coded
+//     a level at once through the coder instead (huffman.go, CodeTiles):
+//     each tile's predicted bytes in blocks of CodeBlock (32 KiB), each
+//     block one deflate block with the code fitted to its bytes, or stored
+//     where that is smaller; Adaptive's level-1 tiles as above. The same
+//     pixels and tags, other tile bytes than the encoder's (the files are
+//     the same for every Coder).
 //   - The reduced levels are IFDs outside the chain (next offset 0) with
 //     NewSubfileType 1 and the same tags otherwise. Level k+1 is the 2x2 mean
 //     of level k (Downsample): size ceil(w/2) x ceil(h/2), an odd last
