@@ -266,7 +266,7 @@ func (c *blockCode) plan(hist *[256]uint32, l int, final bool, sc *huffScratch, 
 		fin = 1
 	}
 	w.put(fin|2<<1, 3) // BFINAL, BTYPE 10
-	header(w, &sc.lens)
+	header(w, &sc.lens, sc)
 	hdrBits := 8*len(w.buf) + int(w.n)
 	*c = blockCode{}
 	// Stored: 3 bits, up to 7 of padding, LEN and NLEN, the bytes.
@@ -290,8 +290,9 @@ func (c *blockCode) plan(hist *[256]uint32, l int, final bool, sc *huffScratch, 
 // them: a distance code is required, and one of 1 bit alone would be an
 // incomplete code to some decoders), the code-length code and the
 // run-length coded lengths (RFC 1951 3.2.7: symbols 0-15, 16 = repeat the
-// previous 3-6 times, 17 = 3-10 zeros, 18 = 11-138 zeros).
-func header(w *bitWriter, lens *[litCodes]uint8) {
+// previous 3-6 times, 17 = 3-10 zeros, 18 = 11-138 zeros); sc is scratch
+// (its lengths are not used).
+func header(w *bitWriter, lens *[litCodes]uint8, sc *huffScratch) {
 	var all [litCodes + 2]uint8
 	copy(all[:], lens[:])
 	all[litCodes], all[litCodes+1] = 1, 1
@@ -336,9 +337,7 @@ func header(w *bitWriter, lens *[litCodes]uint8) {
 	}
 	var clLens [clCodes]uint8
 	var clCode [clCodes]uint16
-	var keys []uint64
-	var nodes []huffNode
-	huffLengths(clFreq[:], maxCLLen, clLens[:], &keys, &nodes)
+	huffLengths(clFreq[:], maxCLLen, clLens[:], &sc.keys, &sc.nodes)
 	canonicalCodes(clLens[:], clCode[:])
 	hclen := clCodes
 	for hclen > 4 && clLens[clOrder[hclen-1]] == 0 {
