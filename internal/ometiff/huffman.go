@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/par"
@@ -431,11 +432,10 @@ func huffLengths(freq []uint32, maxLen int, lens []uint8, keys *[]uint64, nodes 
 			ord = append(ord, uint64(0xffff-s))
 		}
 	}
-	slices.Sort(ord)
+	ord = sortKeys(ord, keys)
 	for i, k := range ord {
 		ord[i] = 0xffff - k&0xffff // the key becomes its symbol
 	}
-	*keys = ord
 	n := len(ord)
 	// Huffman's tree by the two-queue method: leaves 0..n-1 in ascending
 	// order, internal nodes n..2n-2 made in ascending order of weight.
@@ -493,6 +493,47 @@ func huffLengths(freq []uint32, maxLen int, lens []uint8, keys *[]uint64, nodes 
 	}
 }
 
+// sortKeys sorts the keys ascending: an LSD radix sort on bytes
+// (the few hundred keys of a block's code, 48 bits at most: frequencies up
+// to 2^32), with scratch from buf (which it keeps, with the sorted keys
+// first). It returns the sorted keys.
+func sortKeys(k []uint64, buf *[]uint64) []uint64 {
+	n := len(k)
+	if n < 64 {
+		slices.Sort(k)
+		*buf = k
+		return k
+	}
+	all := slices.Grow(k, n)[:2*n] // k, then as much scratch
+	a, b := all[:n], all[n:]
+	var hi uint64
+	for _, v := range a {
+		hi |= v
+	}
+	for shift := uint(0); shift < 64 && hi>>shift != 0; shift += 8 {
+		var count [1 << 8]int
+		for _, v := range a {
+			count[v>>shift&(1<<8-1)]++
+		}
+		sum := 0
+		for d, c := range count {
+			count[d] = sum
+			sum += c
+		}
+		for _, v := range a {
+			d := v >> shift & (1<<8 - 1)
+			b[count[d]] = v
+			count[d]++
+		}
+		a, b = b, a
+	}
+	if &a[0] != &all[0] {
+		copy(all[:n], a)
+	}
+	*buf = all[:n]
+	return all[:n]
+}
+
 // canonicalCodes sets code to the canonical code of lens (RFC 1951 3.2.2),
 // each code bit-reversed so that it is sent LSB first.
 func canonicalCodes(lens []uint8, code []uint16) {
@@ -512,13 +553,7 @@ func canonicalCodes(lens []uint8, code []uint16) {
 			code[s] = 0
 			continue
 		}
-		v := next[l]
+		code[s] = bits.Reverse16(next[l]) >> (16 - l)
 		next[l]++
-		r := uint16(0)
-		for range l {
-			r = r<<1 | v&1
-			v >>= 1
-		}
-		code[s] = r
 	}
 }

@@ -174,6 +174,16 @@ func TestHuffLengths(t *testing.T) {
 	if lens := check("fibonacci", fib, 15); lens[0] != 15 {
 		t.Errorf("fibonacci: the rarest symbol has %d bits, want the limit 15", lens[0])
 	}
+	// A block's 257 symbols (the radix sort's path), frequencies spread
+	// over 5 decades, many equal.
+	r := rand.New(rand.NewPCG(7, 7))
+	for range 20 {
+		f := make([]uint32, litCodes)
+		for s := range f {
+			f[s] = uint32(r.ExpFloat64() * float64([]int{1, 10, 1000, 100000}[r.IntN(4)]))
+		}
+		check("block", f, 15)
+	}
 	// Huffman's optimum for 1, 1, 2, 4: lengths 3, 3, 2, 1, 14 bits.
 	lens := check("small", []uint32{1, 1, 2, 4}, 15)
 	if got := int(lens[0]) + int(lens[1]) + 2*int(lens[2]) + 4*int(lens[3]); got != 14 {

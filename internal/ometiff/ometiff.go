@@ -193,7 +193,8 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 		// metadata, into the document's UUID.
 		sum := sha256.New()
 		sum.Write([]byte(specs[0].desc))
-		bw := bufio.NewWriterSize(io.MultiWriter(w, sum), bufferSize)
+		hashed := io.MultiWriter(w, sum)
+		bw := &tileWriter{bufio.NewWriterSize(hashed, bufferSize), hashed}
 		if _, err := bw.Write(make([]byte, dataStart)); err != nil { // metadata, written last
 			return err
 		}
@@ -326,7 +327,7 @@ func loadLevels(ctx context.Context, ch Channel, width, height int, imgs []*rast
 // writeChannel appends the tiles of one channel's levels (imgs: the plane,
 // then its reduced levels) at *pos, recording their offsets and sizes in
 // levels.
-func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, imgs []*raster.Gray16, levels []ifdSpec, o Options) error {
+func writeChannel(ctx context.Context, bw *tileWriter, pos *int64, imgs []*raster.Gray16, levels []ifdSpec, o Options) error {
 	// tiles of every level, in file order
 	type tileRef struct{ level, index, x0, y0 int }
 	var tiles []tileRef
@@ -338,7 +339,7 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, imgs []*ras
 	}
 	ts := levels[0].tileSize
 	emit := func(t tileRef, data []byte) error {
-		if _, err := bw.Write(data); err != nil {
+		if err := bw.tile(data); err != nil {
 			return err
 		}
 		levels[t.level].offsets[t.index] = uint64(*pos)
@@ -366,6 +367,28 @@ func writeChannel(ctx context.Context, bw *bufio.Writer, pos *int64, imgs []*ras
 			e.encode(imgs[t.level], t.x0, t.y0, ts)
 		},
 		func(i int, data []byte) error { return emit(tiles[i], data) })
+}
+
+// tileWriter buffers small writes; a large tile goes to the file (and the
+// hash) as it is, after what is buffered, not through a copy.
+type tileWriter struct {
+	*bufio.Writer
+	direct io.Writer
+}
+
+// directBytes is the tile size from which tiles bypass the buffer.
+const directBytes = 64 << 10
+
+func (w *tileWriter) tile(p []byte) error {
+	if len(p) < directBytes {
+		_, err := w.Write(p)
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err := w.direct.Write(p)
+	return err
 }
 
 // codedTiles deflates every tile of img Huffman-only through o.Coder and,
