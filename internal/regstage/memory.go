@@ -214,7 +214,7 @@ func newMemModel(be register.Backend, g geometry, resident, budget int64, source
 		pyr += int64(s[0]) * int64(s[1]) * 2
 	}
 	ome := P + read + 2*pyr + ometiff.WriterMemory(omeTileSize, g.Workers)
-	if _, coded := be.(ometiff.Coder); coded {
+	if omeCoder(be, g.Workers) != nil {
 		ome += P + P/2
 	}
 	return memModel{g: g, e: em, plane: P, read: read, wrote: P + writeScratch, ome: ome,

@@ -87,7 +87,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/membudget"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/staging"
@@ -338,7 +337,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, ci := range cycles {
 		files[ci.cycle] = ci.files
 	}
-	coder, _ := o.Engine.(ometiff.Coder) // the GPU codes the OME-TIFF's tiles
+	coder := omeCoder(o.Engine, workers) // the GPU codes the OME-TIFF's tiles on few cpus
 	var written *fileSignals
 	var omeWait func() error // the OME-TIFF writer beside: its result, once it has returned
 	if plan.Beside && len(cycles) > 1 {

@@ -390,9 +390,11 @@ type codingBackend struct {
 }
 
 // TestOMEThroughBackendCoder: with a backend that codes the OME-TIFF's
-// tiles, the OME-TIFF is coded through it (its bytes differ from the
-// writer's own encoder's), and every channel's full-resolution page is the
-// registered image, in markers order, as without it.
+// tiles and fewer workers than coderMaxWorkers, the OME-TIFF is coded
+// through it (its bytes differ from the writer's own encoder's), and every
+// channel's full-resolution page is the registered image, in markers
+// order, as without it; with more workers the writer's own encoder is
+// used.
 func TestOMEThroughBackendCoder(t *testing.T) {
 	cfg, _ := project(t, 2)
 	out := OutDir(cfg.ProjectDir)
@@ -416,6 +418,9 @@ func TestOMEThroughBackendCoder(t *testing.T) {
 	}
 	if bytes.Equal(coded, own) {
 		t.Errorf("the OME-TIFF is the writer's own encoding: the backend's coder was not used")
+	}
+	if omeCoder(codingBackend{}, coderMaxWorkers) != nil || omeCoder(register.CPU{}, 1) != nil || omeCoder(codingBackend{}, 2) == nil {
+		t.Errorf("omeCoder: the backend's coder below %d workers only, and only a backend that codes", coderMaxWorkers)
 	}
 	pages, err := tiffio.ReadGray16Pages(path)
 	if err != nil {
