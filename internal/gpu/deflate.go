@@ -25,9 +25,8 @@ func (e *Engine) HuffmanTiles(ctx context.Context, img *raster.Gray16, ts int,
 	if img == nil || ts < 1 || len(img.Pix) != img.W*img.H || img.W < 1 {
 		return nil, fmt.Errorf("gpu: huffman tiles: bad image or tile size %d", ts)
 	}
-	across, down := (img.W+ts-1)/ts, (img.H+ts-1)/ts
+	across, down, bpt := ometiff.CodeGrid(img.W, img.H, ts)
 	tb := 2 * int64(ts) * int64(ts)
-	bpt := int((tb + ometiff.CodeBlock - 1) / ometiff.CodeBlock)
 	nb := across * down * bpt
 	hist := make([]uint32, 256*nb)
 	sums := make([]uint64, 2*nb)

@@ -26,6 +26,15 @@ import (
 // CodeBlock is the bytes of predicted tile in one deflate block.
 const CodeBlock = 1 << 15
 
+// CodeGrid is the Coder's geometry of a w x h image in ts x ts tiles: the
+// tiles across and down, and the blocks per tile.
+func CodeGrid(w, h, ts int) (across, down, bpt int) {
+	return (w + ts - 1) / ts, (h + ts - 1) / ts, (2*ts*ts + CodeBlock - 1) / CodeBlock
+}
+
+// blockBytes is block b's byte range in a tile of tb predicted bytes.
+func blockBytes(b, tb int) (lo, hi int) { return b * CodeBlock, min((b+1)*CodeBlock, tb) }
+
 const (
 	litCodes   = 257 // literal bytes 0..255 and end-of-block (256)
 	endOfBlock = 256
@@ -64,9 +73,8 @@ type CPUCoder struct {
 // HuffmanTiles implements Coder.
 func (c CPUCoder) HuffmanTiles(ctx context.Context, img *raster.Gray16, ts int,
 	plan func(hist []uint32, sums []uint64) (lut []uint32, at []int64, n int, err error)) ([]byte, error) {
-	across, down := (img.W+ts-1)/ts, (img.H+ts-1)/ts
+	across, down, bpt := CodeGrid(img.W, img.H, ts)
 	tb := 2 * ts * ts
-	bpt := (tb + CodeBlock - 1) / CodeBlock
 	tiles := across * down
 	hist := make([]uint32, 256*tiles*bpt)
 	sums := make([]uint64, 2*tiles*bpt)
@@ -79,7 +87,8 @@ func (c CPUCoder) HuffmanTiles(ctx context.Context, img *raster.Gray16, ts int,
 			i := t*bpt + b
 			h := hist[256*i : 256*(i+1)]
 			var a1, a2 uint64
-			for _, x := range e.raw[b*CodeBlock : min((b+1)*CodeBlock, tb)] {
+			lo, hi := blockBytes(b, tb)
+			for _, x := range e.raw[lo:hi] {
 				h[x]++
 				a1 += uint64(x)
 				a2 += a1
@@ -100,7 +109,8 @@ func (c CPUCoder) HuffmanTiles(ctx context.Context, img *raster.Gray16, ts int,
 	err = par.ForEach(ctx, tiles, workers, func(t int) error {
 		for b := range bpt {
 			if i := t*bpt + b; at[i] >= 0 {
-				orCoded(out, at[i], pred[t*tb+b*CodeBlock:t*tb+min((b+1)*CodeBlock, tb)], lut[256*i:256*(i+1)])
+				lo, hi := blockBytes(b, tb)
+				orCoded(out, at[i], pred[t*tb+lo:t*tb+hi], lut[256*i:256*(i+1)])
 			}
 		}
 		return nil
@@ -126,9 +136,8 @@ func orCoded(buf []byte, pos int64, p []byte, lut []uint32) {
 // Coder and the file's comment); workers goroutines plan the codes and
 // frame the streams.
 func CodeTiles(ctx context.Context, coder Coder, img *raster.Gray16, ts, workers int) ([][]byte, error) {
+	across, down, bpt := CodeGrid(img.W, img.H, ts)
 	tb := 2 * ts * ts
-	bpt := (tb + CodeBlock - 1) / CodeBlock
-	across, down := (img.W+ts-1)/ts, (img.H+ts-1)/ts
 	tiles := across * down
 	codes := make([]blockCode, tiles*bpt)
 	start := make([]int64, tiles+1) // each tile's stream's first byte in the buffer
@@ -138,28 +147,29 @@ func CodeTiles(ctx context.Context, coder Coder, img *raster.Gray16, ts, workers
 			return nil, nil, 0, fmt.Errorf("coder: %d counts and %d sums for %d blocks", len(hist), len(sums), tiles*bpt)
 		}
 		lut := make([]uint32, 256*tiles*bpt)
-		size := make([]int64, tiles) // bits of each tile's stream
+		size := make([]int64, tiles) // bytes of each tile's stream
 		err := par.ForEach(ctx, tiles, max(1, workers), func(t int) error {
 			var sc huffScratch
-			bits := int64(16) // zlib header
+			pos := int64(16) // after the zlib header; streams start on a byte
 			var s1, s2 uint64
 			for b := range bpt {
 				i := t*bpt + b
-				l := min(CodeBlock, tb-b*CodeBlock)
+				lo, hi := blockBytes(b, tb)
 				c := &codes[i]
-				c.plan((*[256]uint32)(hist[256*i:256*(i+1)]), l, b == bpt-1, &sc, lut[256*i:256*(i+1)])
+				c.plan((*[256]uint32)(hist[256*i:256*(i+1)]), hi-lo, b == bpt-1, &sc, lut[256*i:256*(i+1)])
+				c.at = pos
 				if c.stored {
-					bits = (bits+3+7)&^7 + 32 + 8*int64(l)
+					pos = (pos+3+7)&^7 + 32 + 8*int64(hi-lo) // 3 bits, padding, LEN and NLEN, the bytes
 				} else {
-					bits += int64(c.hdrBits) + c.bodyBits + int64(c.eobLen)
+					pos += int64(c.hdrBits) + c.bodyBits + int64(c.eobLen)
 				}
 				// Adler-32 of the tile from its blocks' sums: the byte at
-				// tile offset o+j (of n) weighs n-o-j+1 in s2.
-				s2 += sums[2*i+1] + uint64(tb-b*CodeBlock-l)*sums[2*i]
+				// tile offset lo+j (of tb) weighs tb-lo-j+1 in s2.
+				s2 += sums[2*i+1] + uint64(tb-hi)*sums[2*i]
 				s1 += sums[2*i]
 			}
 			adler[t] = uint32((1+s1)%65521) | uint32((uint64(tb)+s2)%65521)<<16
-			size[t] = (bits+7)/8*8 + 32
+			size[t] = (pos+7)/8 + 4
 			return nil
 		})
 		if err != nil {
@@ -167,18 +177,12 @@ func CodeTiles(ctx context.Context, coder Coder, img *raster.Gray16, ts, workers
 		}
 		at := make([]int64, tiles*bpt)
 		for t := range tiles {
-			start[t+1] = start[t] + size[t]/8
-			pos := 8*start[t] + 16
+			start[t+1] = start[t] + size[t]
 			for b := range bpt {
 				i := t*bpt + b
-				c := &codes[i]
-				c.at = pos
-				if c.stored {
-					at[i] = -1
-					pos = (pos+3+7)&^7 + 32 + 8*int64(min(CodeBlock, tb-b*CodeBlock))
-				} else {
-					at[i] = pos + int64(c.hdrBits)
-					pos = at[i] + c.bodyBits + int64(c.eobLen)
+				at[i] = -1
+				if c := &codes[i]; !c.stored {
+					at[i] = 8*start[t] + c.at + int64(c.hdrBits)
 				}
 			}
 		}
@@ -199,8 +203,8 @@ func CodeTiles(ctx context.Context, coder Coder, img *raster.Gray16, ts, workers
 		for b := range bpt {
 			c := &codes[t*bpt+b]
 			if !c.stored {
-				orBits(s, c.at-8*start[t], c.hdr, c.hdrBits)
-				orBits(s, c.at-8*start[t]+int64(c.hdrBits)+c.bodyBits, []byte{byte(c.eob), byte(c.eob >> 8)}, int(c.eobLen))
+				orBits(s, c.at, c.hdr, c.hdrBits)
+				orBits(s, c.at+int64(c.hdrBits)+c.bodyBits, []byte{byte(c.eob), byte(c.eob >> 8)}, int(c.eobLen))
 				continue
 			}
 			if raw == nil {
@@ -208,15 +212,14 @@ func CodeTiles(ctx context.Context, coder Coder, img *raster.Gray16, ts, workers
 				e.predict(img, t%across*ts, t/across*ts, ts)
 				raw = e.raw
 			}
-			l := min(CodeBlock, tb-b*CodeBlock)
-			pos := c.at - 8*start[t]
+			lo, hi := blockBytes(b, tb)
 			if b == bpt-1 {
-				orBits(s, pos, []byte{1}, 3) // BFINAL, BTYPE 00
+				orBits(s, c.at, []byte{1}, 3) // BFINAL, BTYPE 00
 			}
-			o := (pos + 3 + 7) / 8
-			binary.LittleEndian.PutUint16(s[o:], uint16(l))
-			binary.LittleEndian.PutUint16(s[o+2:], ^uint16(l))
-			copy(s[o+4:], raw[b*CodeBlock:b*CodeBlock+l])
+			o := (c.at + 3 + 7) / 8
+			binary.LittleEndian.PutUint16(s[o:], uint16(hi-lo))
+			binary.LittleEndian.PutUint16(s[o+2:], ^uint16(hi-lo))
+			copy(s[o+4:], raw[lo:hi])
 		}
 		binary.BigEndian.PutUint32(s[len(s)-4:], adler[t])
 		out[t] = s
@@ -236,7 +239,7 @@ type blockCode struct {
 	bodyBits int64 // the block's bytes coded
 	eob      uint16
 	eobLen   uint8
-	at       int64 // the block's first bit in the buffer
+	at       int64 // the block's first bit in its tile's stream
 }
 
 // huffScratch is a planner's reusable scratch.

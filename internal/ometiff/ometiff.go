@@ -328,22 +328,13 @@ func loadLevels(ctx context.Context, ch Channel, width, height int, imgs []*rast
 // then its reduced levels) at *pos, recording their offsets and sizes in
 // levels.
 func writeChannel(ctx context.Context, bw *tileWriter, pos *int64, imgs []*raster.Gray16, levels []ifdSpec, o Options) error {
-	// tiles of every level, in file order
-	type tileRef struct{ level, index, x0, y0 int }
-	var tiles []tileRef
-	for k := range levels {
-		s := &levels[k]
-		for i := range len(s.offsets) {
-			tiles = append(tiles, tileRef{k, i, i % s.tilesAcross() * s.tileSize, i / s.tilesAcross() * s.tileSize})
-		}
-	}
 	ts := levels[0].tileSize
-	emit := func(t tileRef, data []byte) error {
+	emit := func(level, index int, data []byte) error {
 		if err := bw.tile(data); err != nil {
 			return err
 		}
-		levels[t.level].offsets[t.index] = uint64(*pos)
-		levels[t.level].counts[t.index] = uint64(len(data))
+		levels[level].offsets[index] = uint64(*pos)
+		levels[level].counts[index] = uint64(len(data))
 		*pos += int64(len(data))
 		return nil
 	}
@@ -354,19 +345,28 @@ func writeChannel(ctx context.Context, bw *tileWriter, pos *int64, imgs []*raste
 				return fmt.Errorf("level %d: %w", k, err)
 			}
 			for i, data := range streams {
-				if err := emit(tileRef{level: k, index: i}, data); err != nil {
+				if err := emit(k, i, data); err != nil {
 					return err
 				}
 			}
 		}
 		return nil
 	}
+	// tiles of every level, in file order
+	type tileRef struct{ level, index, x0, y0 int }
+	var tiles []tileRef
+	for k := range levels {
+		s := &levels[k]
+		for i := range len(s.offsets) {
+			tiles = append(tiles, tileRef{k, i, i % s.tilesAcross() * s.tileSize, i / s.tilesAcross() * s.tileSize})
+		}
+	}
 	return compressOrdered(ctx, len(tiles), o.Workers, o.Level, ts*ts*2,
 		func(i int, e *tileEncoder) {
 			t := tiles[i]
 			e.encode(imgs[t.level], t.x0, t.y0, ts)
 		},
-		func(i int, data []byte) error { return emit(tiles[i], data) })
+		func(i int, data []byte) error { return emit(tiles[i].level, tiles[i].index, data) })
 }
 
 // tileWriter buffers small writes; a large tile goes to the file (and the
