@@ -10,54 +10,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff/ometifftest"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
-
-// coderImages are planes that stress the Huffman-only tiles: zero
-// background (two symbols per block), uniform noise (stored blocks),
-// predicted microscope-like noise, a geometric distribution of values
-// (codes past 15 bits before the limit), and mixtures, at sizes that
-// leave edge tiles of every kind.
-func coderImages() map[string]*raster.Gray16 {
-	r := rand.New(rand.NewPCG(3, 4))
-	mk := func(w, h int, f func(x, y int) uint16) *raster.Gray16 {
-		g := raster.NewGray16(w, h)
-		for y := range h {
-			for x := range w {
-				g.Pix[y*w+x] = f(x, y)
-			}
-		}
-		return g
-	}
-	return map[string]*raster.Gray16{
-		"zeros":   mk(700, 300, func(x, y int) uint16 { return 0 }),
-		"uniform": mk(530, 517, func(x, y int) uint16 { return uint16(r.Uint32()) }),
-		"tissue": mk(1100, 700, func(x, y int) uint16 {
-			v := 300 + 40*r.NormFloat64()
-			if (x/90+y/70)%3 == 0 {
-				v += 2000
-			}
-			return uint16(max(0, v))
-		}),
-		"geometric": mk(300, 200, func(x, y int) uint16 {
-			v := 0
-			for v < 60000 && r.IntN(2) == 0 {
-				v = 2*v + 1
-			}
-			return uint16(v)
-		}),
-		"mixed": mk(1030, 530, func(x, y int) uint16 {
-			switch {
-			case y < 200:
-				return 0
-			case x < 400:
-				return uint16(r.Uint32())
-			}
-			return uint16(1000 + r.IntN(50))
-		}),
-	}
-}
 
 // TestCoderStreams: every tile's stream (CPUCoder, tile sides from one
 // block per tile to 16, edge tiles included) decodes with the standard
@@ -65,7 +21,7 @@ func coderImages() map[string]*raster.Gray16 {
 // predicted bytes, and is no longer than its bytes stored plus the
 // framing.
 func TestCoderStreams(t *testing.T) {
-	for name, img := range coderImages() {
+	for name, img := range ometifftest.CoderImages() {
 		for _, ts := range []int{16, 48, 256, 512} {
 			streams, err := CodeTiles(context.Background(), CPUCoder{Workers: 2}, img, ts, 2)
 			if err != nil {
@@ -103,7 +59,7 @@ func TestCoderStreams(t *testing.T) {
 // pixels and levels, for Adaptive and HuffmanOnly, and Adaptive's level-1
 // tiles make the background smaller, as with the tile encoder.
 func TestCoderWrite(t *testing.T) {
-	img := coderImages()["mixed"]
+	img := ometifftest.CoderImages()["mixed"]
 	ch := []Channel{{Name: "a", Load: func() (*raster.Gray16, error) { return img, nil }}}
 	size := map[int]int{}
 	for _, level := range []int{Adaptive, HuffmanOnly} {
