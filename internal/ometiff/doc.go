@@ -41,7 +41,7 @@
 //     (ID "Channel:0:c", Name, SamplesPerPixel 1) per channel; one TiffData
 //     per channel (FirstC c, IFD c, PlaneCount 1) whose UUID element names
 //     the file (FileName is the base name) with the document's UUID, as
-//     Bio-Formats writes it; OME UUID="urn:uuid:<SHA-256 of the content, v8>" and Creator.
+//     Bio-Formats writes it; OME UUID="urn:uuid:<v8: SHA-256 of the metadata and of a CRC-32C of every MiB of the data>" and Creator.
 //
 // # Memory and concurrency
 //

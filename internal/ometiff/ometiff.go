@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -191,8 +190,7 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 		}
 		// Everything written after the metadata block is hashed, with the
 		// metadata, into the document's UUID.
-		sum := sha256.New()
-		sum.Write([]byte(specs[0].desc))
+		sum := newContentHash(specs[0].desc)
 		hashed := io.MultiWriter(w, sum)
 		bw := &tileWriter{bufio.NewWriterSize(hashed, bufferSize), hashed}
 		if _, err := bw.Write(make([]byte, dataStart)); err != nil { // metadata, written last
@@ -208,7 +206,7 @@ func write(ctx context.Context, path string, width, height int, channels []Chann
 		if err := bw.Flush(); err != nil {
 			return err
 		}
-		desc := strings.Replace(specs[0].desc, placeholderUUID, contentUUID(sum.Sum(nil)), -1)
+		desc := strings.Replace(specs[0].desc, placeholderUUID, contentUUID(sum.Sum()), -1)
 		if len(desc) != len(specs[0].desc) {
 			panic("ometiff: the UUID changed the metadata's length")
 		}

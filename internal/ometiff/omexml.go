@@ -15,7 +15,7 @@ const Creator = "KINTSUGI-Go ometiff"
 const placeholderUUID = "urn:uuid:00000000-0000-8000-8000-000000000000"
 
 // contentUUID returns a name-based UUID (RFC 9562 version 8: the first 16
-// bytes of a SHA-256) of the file's content, as "urn:uuid:xxxxxxxx-...":
+// bytes of the contentHash digest) of the file's content, as "urn:uuid:xxxxxxxx-...":
 // unique to the pixels and metadata, and the same for the same output, so a
 // rerun writes a byte-identical file.
 func contentUUID(sum []byte) string {

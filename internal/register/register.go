@@ -204,7 +204,12 @@ func Register(ctx context.Context, be Backend, ref *Reference, moving *raster.Gr
 			res.Mapping = m
 		}
 	}
-	met.NCCFinal = LevelNCC(fixN, movN, kn, &res.Mapping, p.Workers)
+	// The final mapping is the rigid one or the rigid with the field, both
+	// measured above (LevelNCC is deterministic: the same bits).
+	met.NCCFinal = met.NCCRigid
+	if res.Mapping.Field != nil {
+		met.NCCFinal = met.NCCNonRigid
+	}
 	met.RotationDeg = rig.Theta * 180 / math.Pi
 	met.Scale = rig.Scale
 	met.TranslationY, met.TranslationX = rig.TY, rig.TX

@@ -378,8 +378,28 @@ func runCycles(t *testing.T, impl register.Backend, o synth.RegOptions, p regist
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkFinalNCC(t, impl, ref[0], imgs[0], p, res)
 		_, final := accuracy.ScoreRegistration(sc, tr, res)
 		check(c, tr, res, final)
+	}
+}
+
+// checkFinalNCC checks that the reported final NCC is the measure of the
+// final mapping at the non-rigid level (register.LevelNCC, the same bits).
+func checkFinalNCC(t *testing.T, impl register.Backend, ref, mov *raster.Gray16, p register.Params, res *register.Result) {
+	t.Helper()
+	ctx := context.Background()
+	_, _, kn := p.Levels(ref.H, ref.W)
+	fix, err := impl.Downsample(ctx, ref, []int{kn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mv, err := impl.Downsample(ctx, mov, []int{kn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res.Metrics.NCCFinal, register.LevelNCC(fix[0], mv[0], kn, &res.Mapping, 1); got != want {
+		t.Errorf("final NCC %v, the final mapping measures %v (field %v)", got, want, res.Mapping.Field != nil)
 	}
 }
 
