@@ -276,8 +276,12 @@ func regBenchCycle(ctx context.Context, f flags, sc *synth.RegScene, tb *timedBa
 	}
 	treg := time.Since(ts)
 	tw := time.Now()
-	if _, err := tb.Warp(ctx, imgs, &res.Mapping, rf.h, rf.w); err != nil {
+	warped, err := tb.Warp(ctx, imgs, &res.Mapping, rf.h, rf.w)
+	if err != nil {
 		return 0, fmt.Errorf("cycle %d: warp: %w", c, err)
+	}
+	for _, g := range warped {
+		register.FreePlane(tb.Backend, g) // page-locked on the GPU
 	}
 	twarp := time.Since(tw)
 	*total += time.Since(ts)

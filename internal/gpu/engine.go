@@ -42,6 +42,7 @@ type Engine struct {
 	fns     map[string]cu.Function
 	pool    pool
 	stage   stager
+	host    hostMem // page-locked planes (NewPlane); its own lock
 	plans   map[planKey]cufft.Handle
 	op      string // operation in progress, for error messages
 	broken  bool
@@ -331,6 +332,7 @@ func (e *Engine) destroy() {
 			delete(e.plans, k)
 		}
 		e.stage.free()
+		e.host.release()
 		e.pool.drain()
 		if e.compute != 0 {
 			e.compute.Destroy()

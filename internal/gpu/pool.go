@@ -166,6 +166,15 @@ type hostSeg struct {
 // memory may be reused; the compute stream is ordered after the copies.
 func (e *Engine) upload(segs []hostSeg) {
 	s := &e.stage
+	segs, direct := e.splitPinned(segs)
+	if len(direct) > 0 {
+		s.cdone.record(e.compute)
+		streamWait(e.copy, s.cdone)
+		for _, sg := range direct {
+			cu.MemcpyHtoDAsync(sg.dev, sg.host, sg.n, e.copy)
+		}
+		defer s.done.synchronize() // the host memory may be reused on return
+	}
 	type piece struct {
 		off int64 // in the staging buffer
 		seg hostSeg
@@ -220,6 +229,16 @@ func (e *Engine) download(segs []hostSeg) {
 	s := &e.stage
 	s.cdone.record(e.compute)
 	streamWait(e.copy, s.cdone)
+	segs, direct := e.splitPinned(segs)
+	for _, sg := range direct {
+		cu.MemcpyDtoHAsync(sg.host, sg.dev, sg.n, e.copy)
+	}
+	if len(direct) > 0 {
+		defer func() {
+			s.done.record(e.copy)
+			s.done.synchronize()
+		}()
+	}
 	type piece struct {
 		off int64
 		seg hostSeg
@@ -278,6 +297,24 @@ func (e *Engine) download(segs []hostSeg) {
 		drain(b)
 	}
 }
+
+// splitPinned separates the segments whose host memory is page-locked
+// (hostMem), which the DMA engine copies directly, from the rest, which go
+// through the staging buffers.
+func (e *Engine) splitPinned(segs []hostSeg) (staged, direct []hostSeg) {
+	for _, sg := range segs {
+		if sg.n >= directMin && e.host.pinned(sg.host, sg.n) {
+			direct = append(direct, sg)
+		} else {
+			staged = append(staged, sg)
+		}
+	}
+	return staged, direct
+}
+
+// directMin is the smallest segment looked up in hostMem: below it the
+// staging copy costs less than the lookup.
+const directMin = 64 << 10
 
 func copyBytes(dst, src unsafe.Pointer, n int64) {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))

@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"context"
+	"fmt"
 	"unsafe"
 
 	"github.com/mumax/3/cuda/cu"
@@ -31,6 +32,29 @@ func (r *Registrar) Name() string { return "gpu " + r.e.desc }
 func (r *Registrar) EngineMemory() membudget.EngineMemory { return r.e.EngineMemory() }
 
 var _ membudget.MemoryReporter = (*Registrar)(nil)
+
+var _ register.HostPlanes = (*Registrar)(nil)
+
+// NewPlane implements register.HostPlanes: a plane in the engine's
+// page-locked memory, which Downsample and Warp move to and from the card
+// without the staging copy; Warp's results are such planes too.
+func (r *Registrar) NewPlane(ctx context.Context, w, h int) (*raster.Gray16, error) {
+	if w <= 0 || h <= 0 {
+		return nil, fmt.Errorf("gpu: host plane of %dx%d px", w, h)
+	}
+	if g := r.e.host.take(w, h); g != nil {
+		return g, nil
+	}
+	var g *raster.Gray16
+	err := r.e.do(ctx, "host plane", func() error {
+		g = r.e.newHostPlane(w, h)
+		return nil
+	})
+	return g, err
+}
+
+// FreePlane implements register.HostPlanes.
+func (r *Registrar) FreePlane(g *raster.Gray16) { r.e.host.freeHostPlane(g) }
 
 // Downsample implements register.Backend.
 func (r *Registrar) Downsample(ctx context.Context, img *raster.Gray16, ks []int) ([]*raster.Float32, error) {
@@ -127,7 +151,7 @@ func (r *Registrar) Warp(ctx context.Context, imgs []*raster.Gray16, m *register
 			src := e.alloc(n * 2)
 			e.upload([]hostSeg{{host: unsafe.Pointer(&img.Pix[0]), dev: src, n: n * 2}})
 			e.regWarpDev(dst, src, img.H, img.W, h, w, mp, fd)
-			o := raster.NewGray16(w, h)
+			o := e.newHostPlane(w, h)
 			e.download([]hostSeg{{host: unsafe.Pointer(&o.Pix[0]), dev: dst, n: on * 2}})
 			e.release(src)
 			out[i] = o

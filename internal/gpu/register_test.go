@@ -118,9 +118,12 @@ func BenchmarkRegWarp(b *testing.B) {
 	}
 	m := register.Mapping{Rigid: register.Identity(7493, 12676)}
 	m.Rigid.Theta, m.Rigid.TY = 0.01, 3.5
+	be := testEngine.Registrar()
 	for b.Loop() {
-		if _, err := testEngine.Registrar().Warp(context.Background(), []*raster.Gray16{img}, &m, 7493, 12676); err != nil {
+		out, err := be.Warp(context.Background(), []*raster.Gray16{img}, &m, 7493, 12676)
+		if err != nil {
 			b.Fatal(err)
 		}
+		register.FreePlane(be, out[0])
 	}
 }

@@ -29,6 +29,10 @@ import (
 type Channel struct {
 	Name string
 	Load func() (*raster.Gray16, error)
+	// Release, if not nil, is handed the plane Load returned once the
+	// channel is written (the writer no longer touches it), for the caller
+	// to reuse; otherwise the plane is left to the garbage collector.
+	Release func(*raster.Gray16)
 }
 
 // Options of Write.
@@ -287,6 +291,9 @@ func forEachLoaded(ctx context.Context, channels []Channel, width, height, nLeve
 			}
 			if err := fn(c, l.imgs); err != nil {
 				return fmt.Errorf("channel %d (%q): %w", c, channels[c].Name, err)
+			}
+			if rel := channels[c].Release; rel != nil {
+				rel(l.imgs[0])
 			}
 			l.imgs[0] = nil // the plane is the loader's; the reduced levels are reused
 			sets <- l.imgs

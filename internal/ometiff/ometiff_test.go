@@ -708,3 +708,53 @@ func TestDifferencePaths(t *testing.T) {
 		}
 	}
 }
+
+// TestRelease: each loaded plane is handed to Release once, after its
+// channel is written: a Release that scribbles over the plane at once (as
+// reuse would) leaves the same file as no Release, with every worker count
+// and with a coder.
+func TestRelease(t *testing.T) {
+	const w, h = 1100, 700
+	rng := rand.New(rand.NewPCG(5, 5))
+	src := []*raster.Gray16{randPlane(rng, w, h), randPlane(rng, w, h), randPlane(rng, w, h)}
+	dir := t.TempDir()
+	write := func(name string, o Options, release bool) []byte {
+		var released []int
+		ch := make([]Channel, len(src))
+		for c := range ch {
+			ch[c] = Channel{Name: strconv.Itoa(c), Load: func() (*raster.Gray16, error) {
+				return &raster.Gray16{W: w, H: h, Pix: slices.Clone(src[c].Pix)}, nil
+			}}
+			if release {
+				ch[c].Release = func(g *raster.Gray16) {
+					released = append(released, c)
+					for i := range g.Pix {
+						g.Pix[i] = 0xbeef
+					}
+				}
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name, "r.ome.tif") // the name is in the metadata
+		if err := Write(context.Background(), path, w, h, ch, o); err != nil {
+			t.Fatal(err)
+		}
+		if release && !slices.Equal(released, []int{0, 1, 2}) {
+			t.Errorf("%s: released %v, want 0, 1, 2", name, released)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, o := range []Options{{Workers: 1}, {Workers: 4}, {Workers: 2, Coder: CPUCoder{}}} {
+		o.PixelSizeNM, o.TileSize = 500, 256
+		want := write("plain", o, false)
+		if got := write("released", o, true); !bytes.Equal(got, want) {
+			t.Errorf("workers %d, coder %v: releasing the planes changed the file", o.Workers, o.Coder != nil)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -44,14 +45,15 @@ func omeCoder(be any, workers int) ometiff.Coder {
 // beside it: every cycle x channel of files (registered image names by
 // cycle) in the order of Markers (cycle by cycle, the config's channel
 // order), each channel named by its marker, pixel size xy_pixel_size nm,
-// 512 px tiles, w x h px. Channels are read back one at a time from the registered
-// images in dir, so memory stays at two planes plus the writer's tiles;
+// 512 px tiles, the planes' w x h px. Channels are read back one at a time from the registered
+// images in dir, each into a plane of pl, so memory stays at two planes plus the writer's tiles;
 // when ready is not nil, each image is read once ready(path) returned nil
 // (the OME-TIFF written while the registration writes them). A coder (the
 // GPU's, found on the backend) codes the tiles Huffman-only; nil: the
 // writer's own encoder on the CPU.
-func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int][]string, w, h, workers int, coder ometiff.Coder, lg *slog.Logger, ready func(path string) error) error {
+func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int][]string, pl planes, workers int, coder ometiff.Coder, lg *slog.Logger, ready func(path string) error) error {
 	t0 := time.Now()
+	w, h := pl.w, pl.h
 	list := Markers(cfg, files)
 	var chans []ometiff.Channel
 	for _, m := range list {
@@ -62,15 +64,20 @@ func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int
 					return nil, err
 				}
 			}
-			g, err := tiffio.ReadGray16(path)
+			dst, err := register.NewPlane(ctx, pl.be, w, h)
 			if err != nil {
 				return nil, err
 			}
-			if g.W != w || g.H != h {
-				return nil, fmt.Errorf("%s is %dx%d, the OME-TIFF %dx%d", path, g.W, g.H, w, h)
+			g, err := tiffio.ReadGray16Into(path, dst)
+			if err == nil && g != dst {
+				err = fmt.Errorf("%s is %dx%d, the OME-TIFF %dx%d", path, g.W, g.H, w, h)
+			}
+			if err != nil {
+				pl.free(dst)
+				return nil, err
 			}
 			return g, nil
-		}})
+		}, Release: pl.free})
 	}
 	if len(chans) == 0 {
 		return nil

@@ -275,6 +275,39 @@ func readPadded(path string, h, w int) (*raster.Gray16, error) {
 	return Pad(g, h, w), nil
 }
 
+// planes hands out the stage's h x w planes: from the backend where it
+// keeps planes of its own (register.NewPlane: the GPU's page-locked memory,
+// which it moves to and from the card without a staging copy, and which is
+// not zeroed first), reused once given back.
+type planes struct {
+	be   register.Backend
+	h, w int
+}
+
+// read reads path into a plane, zero-padded at the bottom and right (the
+// stage's rule, as readPadded).
+func (p planes) read(ctx context.Context, path string) (*raster.Gray16, error) {
+	dst, err := register.NewPlane(ctx, p.be, p.w, p.h)
+	if err != nil {
+		return nil, err
+	}
+	g, err := tiffio.ReadGray16Into(path, dst)
+	if err != nil {
+		p.free(dst)
+		return nil, staging.Inputf("%w", err)
+	}
+	if g != dst { // smaller than the frame: pad
+		clear(dst.Pix)
+		for y := 0; y < min(g.H, p.h); y++ {
+			copy(dst.Pix[y*p.w:y*p.w+min(g.W, p.w)], g.Pix[y*g.W:])
+		}
+	}
+	return dst, nil
+}
+
+// free gives a plane back (it must not be used afterwards).
+func (p planes) free(g *raster.Gray16) { register.FreePlane(p.be, g) }
+
 // Run registers every cycle of the project.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	t0 := time.Now()
@@ -344,7 +377,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		written = newFileSignals()
 		octx, ocancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- writeOME(octx, cfg, d.Path, files, w, h, workers, coder, lg, written.wait(octx)) }()
+		go func() { done <- writeOME(octx, cfg, d.Path, files, planes{o.Engine, h, w}, workers, coder, lg, written.wait(octx)) }()
 		var once sync.Once
 		var omeErr error
 		omeWait = func() error {
@@ -378,7 +411,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if omeWait != nil {
 		err = omeWait()
 	} else {
-		err = writeOME(ctx, cfg, d.Path, files, w, h, workers, coder, lg, nil)
+		err = writeOME(ctx, cfg, d.Path, files, planes{o.Engine, h, w}, workers, coder, lg, nil)
 	}
 	if err != nil {
 		return nil, err
@@ -422,11 +455,15 @@ type pipeline struct {
 	held    int          // planes in slots now
 	most    int          // the most at once
 	written *fileSignals // registered images written, for the OME-TIFF beside (nil: none)
+	planes  planes
 }
 
-// write writes a registered image and signals it written.
+// write writes a registered image, gives its plane back and signals it
+// written.
 func (pl *pipeline) write(path string, g *raster.Gray16) error {
-	if err := writeGray16(path, g); err != nil {
+	err := writeGray16(path, g)
+	pl.planes.free(g)
+	if err != nil {
 		return err
 	}
 	if pl.written != nil {
@@ -552,7 +589,7 @@ func (pl *pipeline) readAhead(ctx context.Context, ci cycleInput, skip string, h
 				ch <- readResult{err: err}
 				return
 			}
-			g, err := readPadded(filepath.Join(ci.dir, f), h, w)
+			g, err := pl.planes.read(ctx, filepath.Join(ci.dir, f))
 			if err != nil {
 				pl.give(pl.in)
 			}
@@ -573,6 +610,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 	ctx, cancel := context.WithCancel(ctx)
 	pl := newPipeline(plan)
 	pl.written = written
+	pl.planes = planes{be: o.Engine, h: h, w: w}
 	// Background writes end before the staging directory may be removed.
 	defer func() {
 		cancel()
@@ -588,7 +626,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 		}
 	}
 	t0 := time.Now()
-	refImg, err := readPadded(filepath.Join(refIn.dir, refIn.dapi), h, w)
+	refImg, err := pl.planes.read(ctx, filepath.Join(refIn.dir, refIn.dapi))
 	if err != nil {
 		return err
 	}
@@ -598,6 +636,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 	}
 	_, _, kn := p.Levels(h, w)
 	refOverlay := overlayLevel(refImg, w, h)
+	pl.planes.free(refImg)
 	refImg = nil
 	// The reference cycle: its padded images, unchanged, each read and
 	// written in an out slot.
@@ -611,7 +650,7 @@ func registerAll(ctx context.Context, o Options, p register.Params, plan memPlan
 		}
 		src, dst := filepath.Join(refIn.dir, f), filepath.Join(out, layout.CycleName(refIn.cycle), f)
 		pl.background(func() error {
-			g, err := readPadded(src, h, w)
+			g, err := pl.planes.read(ctx, src)
 			if err != nil {
 				return err
 			}
@@ -645,7 +684,7 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 	if err := pl.take(ctx, pl.in); err != nil {
 		return err
 	}
-	dapi, err := readPadded(filepath.Join(ci.dir, ci.dapi), h, w)
+	dapi, err := pl.planes.read(ctx, filepath.Join(ci.dir, ci.dapi))
 	if err != nil {
 		pl.give(pl.in)
 		return err
@@ -671,33 +710,37 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 			ci.cycle, filepath.Join(ci.dir, ci.dapi), res.Reference, m.NCCBefore, m.NCCRigid, m.NCCNonRigid, m.RotationDeg, m.TranslationY, m.TranslationX)
 	}
 	name := layout.CycleName(ci.cycle)
-	// warp warps one read plane (holding an in slot) into an out slot and
-	// hands it to the write-behind; the in slot is given back.
-	warp := func(g *raster.Gray16, file string) (*raster.Gray16, error) {
+	// warp warps one read plane (holding an in slot) into an out slot,
+	// calls look (if not nil) with the result and hands it to the
+	// write-behind, which gives its plane back; the read plane and the in
+	// slot are given back.
+	warp := func(g *raster.Gray16, file string, look func(*raster.Gray16)) error {
 		if err := pl.take(ctx, pl.out); err != nil {
-			return nil, err
+			return err
 		}
 		if err := pl.failed(); err != nil {
 			pl.give(pl.out)
-			return nil, err
+			return err
 		}
 		warped, err := o.Engine.Warp(ctx, []*raster.Gray16{g}, &r.Mapping, h, w)
+		pl.planes.free(g)
 		pl.give(pl.in)
 		if err != nil {
 			pl.give(pl.out)
-			return nil, fmt.Errorf("cycle %d: warp %s: %w", ci.cycle, file, err)
+			return fmt.Errorf("cycle %d: warp %s: %w", ci.cycle, file, err)
+		}
+		if look != nil {
+			look(warped[0])
 		}
 		path := filepath.Join(out, name, file)
 		pl.background(func() error { return pl.write(path, warped[0]) })
-		return warped[0], nil
+		return nil
 	}
-	dapiW, err := warp(dapi, ci.dapi)
-	if err != nil {
+	var cycOverlay *raster.Float32
+	if err := warp(dapi, ci.dapi, func(g *raster.Gray16) { cycOverlay = overlayLevel(g, w, h) }); err != nil {
 		return err
 	}
 	dapi = nil
-	cycOverlay := overlayLevel(dapiW, w, h)
-	dapiW = nil
 	for _, f := range ci.files {
 		if f == ci.dapi {
 			continue
@@ -706,7 +749,7 @@ func registerCycle(ctx context.Context, o Options, p register.Params, pl *pipeli
 		if rr.err != nil {
 			return rr.err
 		}
-		if _, err := warp(rr.g, f); err != nil {
+		if err := warp(rr.g, f, nil); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
 // lzwInputs are byte strings that exercise literals, long runs (strings
@@ -207,5 +209,54 @@ func checkBuilt(t *testing.T, path string, st sampleType, pages []buildPage, big
 		SamplesPerPixel: 1, Pages: len(pages), BigTIFF: big}
 	if info != want {
 		t.Fatalf("%s: info %+v, want %+v", path, info, want)
+	}
+}
+
+// TestReadGray16Into: every layout and compression decodes into a plane
+// whose memory was dirty (every pixel overwritten), which it returns; a
+// plane of another size is left alone for a new one.
+func TestReadGray16Into(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	dir := t.TempDir()
+	const w, h = 37, 23
+	var u16 sampleType
+	for _, st := range sampleTypes {
+		if st.bps == 16 && st.sf == sampleUint {
+			u16 = st
+		}
+	}
+	n := 0
+	for _, order := range []byteOrder{binary.LittleEndian, binary.BigEndian} {
+		for _, lay := range [][3]int{{0, 0, 0}, {7, 0, 0}, {0, 16, 16}} {
+			for _, comp := range []int{compNone, compLZW, compDeflate, compPackBits} {
+				pages := makePages(rng, u16, 1, w, h)
+				path := filepath.Join(dir, fmt.Sprintf("%d.tif", n))
+				n++
+				data := buildTIFF(pages, buildOpts{order: order, bps: 16, sf: sampleUint, comp: comp, pred: 1, rps: lay[0], tileW: lay[1], tileH: lay[2]})
+				if err := os.WriteFile(path, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				dst := raster.NewGray16(w, h)
+				for i := range dst.Pix {
+					dst.Pix[i] = 0xdead
+				}
+				g, err := ReadGray16Into(path, dst)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g != dst {
+					t.Fatalf("%s: a plane of the page's size was not used", path)
+				}
+				for i, v := range pages[0].samples {
+					if g.Pix[i] != uint16(v) {
+						t.Fatalf("%s (comp %d, layout %v): pixel %d = %#x, want %#x", path, comp, lay, i, g.Pix[i], v)
+					}
+				}
+				other := raster.NewGray16(w+1, h)
+				if g, err := ReadGray16Into(path, other); err != nil || g == other || g.W != w || g.Pix[w+3] != uint16(pages[0].samples[w+3]) {
+					t.Fatalf("%s: into a plane of another size: %v", path, err)
+				}
+			}
+		}
 	}
 }

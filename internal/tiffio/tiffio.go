@@ -171,6 +171,12 @@ func (f *file) pageAt(off int64, index int) (*page, error) {
 }
 
 func readGray16(f *file, all bool) ([]*raster.Gray16, error) {
+	return readGray16To(f, all, nil)
+}
+
+// readGray16To is readGray16 decoding the first page into dst when dst is
+// its size (decodeGray16 writes every pixel).
+func readGray16To(f *file, all bool, dst *raster.Gray16) ([]*raster.Gray16, error) {
 	var out []*raster.Gray16
 	err := f.eachPage(all, func(p *page) error {
 		if p.sf != sampleUint || p.bps != 16 {
@@ -179,7 +185,10 @@ func readGray16(f *file, all bool) ([]*raster.Gray16, error) {
 		if err := f.claim(p); err != nil {
 			return err
 		}
-		img := raster.NewGray16(p.width, p.height)
+		img := dst
+		if len(out) > 0 || img == nil || img.W != p.width || img.H != p.height || len(img.Pix) != p.width*p.height {
+			img = raster.NewGray16(p.width, p.height)
+		}
 		if err := f.decodeGray16(p, img.Pix); err != nil {
 			return err
 		}
@@ -228,6 +237,19 @@ func readPath[T any](path string, read func(*file, bool) ([]T, error), all bool)
 // the count), which must have one 16-bit unsigned sample per pixel.
 func ReadGray16(path string) (*raster.Gray16, error) {
 	pages, err := readPath(path, readGray16, false)
+	if err != nil {
+		return nil, err
+	}
+	return pages[0], nil
+}
+
+// ReadGray16Into is ReadGray16 into dst when the page is dst's size (every
+// pixel overwritten: dst may come from memory that is not zeroed), else into
+// a new plane; it returns the plane that holds the pixels.
+func ReadGray16Into(path string, dst *raster.Gray16) (*raster.Gray16, error) {
+	pages, err := readPath(path, func(f *file, all bool) ([]*raster.Gray16, error) {
+		return readGray16To(f, all, dst)
+	}, false)
 	if err != nil {
 		return nil, err
 	}
