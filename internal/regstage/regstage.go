@@ -377,7 +377,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		written = newFileSignals()
 		octx, ocancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- writeOME(octx, cfg, d.Path, files, planes{o.Engine, h, w}, workers, coder, lg, written.wait(octx)) }()
+		go func() {
+			done <- writeOME(octx, cfg, d.Path, files, planes{o.Engine, h, w}, workers, coder, lg, written.wait(octx))
+		}()
 		var once sync.Once
 		var omeErr error
 		omeWait = func() error {
