@@ -281,7 +281,7 @@ func regBenchCycle(ctx context.Context, f flags, sc *synth.RegScene, tb *timedBa
 		return 0, fmt.Errorf("cycle %d: warp: %w", c, err)
 	}
 	for _, g := range warped {
-		register.FreePlane(tb.Backend, g) // page-locked on the GPU
+		raster.FreePlane(tb.Backend, g) // page-locked on the GPU
 	}
 	twarp := time.Since(tw)
 	*total += time.Since(ts)

@@ -252,9 +252,22 @@ func (c *Cycle) checkHeaders(ctx context.Context, workers int) error {
 // ReadPlane reads the raw tiles of (z, ch) in acquisition order (counts).
 func (c *Cycle) ReadPlane(ctx context.Context, z, ch, workers int) ([]*raster.Gray16, error) {
 	tiles := make([]*raster.Gray16, c.Tiles())
-	err := par.ForEach(ctx, c.Tiles(), workers, func(i int) error {
+	if err := c.ReadPlaneInto(ctx, z, ch, workers, tiles); err != nil {
+		return nil, err
+	}
+	return tiles, nil
+}
+
+// ReadPlaneInto is ReadPlane into tiles (len Tiles()): a tile that is a W x
+// H plane is read into (every pixel overwritten, so its memory need not be
+// zeroed), a nil one is replaced by a new plane.
+func (c *Cycle) ReadPlaneInto(ctx context.Context, z, ch, workers int, tiles []*raster.Gray16) error {
+	if len(tiles) != c.Tiles() {
+		return fmt.Errorf("dataset: %d tile buffers for %d tiles", len(tiles), c.Tiles())
+	}
+	return par.ForEach(ctx, c.Tiles(), workers, func(i int) error {
 		p := c.Path(i+1, z, ch)
-		img, err := tiffio.ReadGray16(p)
+		img, err := tiffio.ReadGray16Into(p, tiles[i])
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInput, err)
 		}
@@ -264,10 +277,6 @@ func (c *Cycle) ReadPlane(ctx context.Context, z, ch, workers int) ([]*raster.Gr
 		tiles[i] = img
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return tiles, nil
 }
 
 // list shows at most 10 names.

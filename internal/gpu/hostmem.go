@@ -3,6 +3,8 @@
 package gpu
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"unsafe"
 
@@ -24,6 +26,29 @@ type hostMem struct {
 	free  map[int64][]unsafe.Pointer
 	bytes int64 // allocated in all
 }
+
+var _ raster.HostPlanes = (*Engine)(nil)
+
+// NewPlane implements raster.HostPlanes: a w x h plane in the engine's
+// page-locked memory (contents undefined), a given-back one when there is
+// one (without waiting for the engine goroutine), else a new one.
+func (e *Engine) NewPlane(ctx context.Context, w, h int) (*raster.Gray16, error) {
+	if w <= 0 || h <= 0 {
+		return nil, fmt.Errorf("gpu: host plane of %dx%d px", w, h)
+	}
+	if g := e.host.take(w, h); g != nil {
+		return g, nil
+	}
+	var g *raster.Gray16
+	err := e.do(ctx, "host plane", func() error {
+		g = e.newHostPlane(w, h)
+		return nil
+	})
+	return g, err
+}
+
+// FreePlane implements raster.HostPlanes.
+func (e *Engine) FreePlane(g *raster.Gray16) { e.host.freeHostPlane(g) }
 
 // take returns a freed w x h plane, or nil when there is none (any
 // goroutine).

@@ -21,7 +21,7 @@ import (
 func TestHostPlanes(t *testing.T) {
 	ctx := context.Background()
 	be := testEngine.Registrar()
-	hp := be.(register.HostPlanes)
+	hp := be.(raster.HostPlanes)
 	const w, h = 1531, 1017 // odd sizes: segments not a multiple of the staging pieces
 	r := rand.New(rand.NewPCG(4, 4))
 	goImg := raster.NewGray16(w, h)

@@ -4,7 +4,6 @@ package gpu
 
 import (
 	"context"
-	"fmt"
 	"unsafe"
 
 	"github.com/mumax/3/cuda/cu"
@@ -33,28 +32,17 @@ func (r *Registrar) EngineMemory() membudget.EngineMemory { return r.e.EngineMem
 
 var _ membudget.MemoryReporter = (*Registrar)(nil)
 
-var _ register.HostPlanes = (*Registrar)(nil)
+var _ raster.HostPlanes = (*Registrar)(nil)
 
-// NewPlane implements register.HostPlanes: a plane in the engine's
-// page-locked memory, which Downsample and Warp move to and from the card
-// without the staging copy; Warp's results are such planes too.
+// NewPlane implements raster.HostPlanes (Engine.NewPlane): Downsample and
+// Warp move such planes to and from the card without the staging copy, and
+// Warp's results are such planes.
 func (r *Registrar) NewPlane(ctx context.Context, w, h int) (*raster.Gray16, error) {
-	if w <= 0 || h <= 0 {
-		return nil, fmt.Errorf("gpu: host plane of %dx%d px", w, h)
-	}
-	if g := r.e.host.take(w, h); g != nil {
-		return g, nil
-	}
-	var g *raster.Gray16
-	err := r.e.do(ctx, "host plane", func() error {
-		g = r.e.newHostPlane(w, h)
-		return nil
-	})
-	return g, err
+	return r.e.NewPlane(ctx, w, h)
 }
 
-// FreePlane implements register.HostPlanes.
-func (r *Registrar) FreePlane(g *raster.Gray16) { r.e.host.freeHostPlane(g) }
+// FreePlane implements raster.HostPlanes.
+func (r *Registrar) FreePlane(g *raster.Gray16) { r.e.FreePlane(g) }
 
 // Downsample implements register.Backend.
 func (r *Registrar) Downsample(ctx context.Context, img *raster.Gray16, ks []int) ([]*raster.Float32, error) {

@@ -124,6 +124,6 @@ func BenchmarkRegWarp(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		register.FreePlane(be, out[0])
+		raster.FreePlane(be, out[0])
 	}
 }

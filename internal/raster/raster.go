@@ -45,6 +45,35 @@ type DeviceGray16 interface {
 // At returns pixel (y, x).
 func (g *Gray16) At(y, x int) uint16 { return g.Pix[y*g.W+x] }
 
+// HostPlanes is implemented by an engine that keeps host planes in memory
+// of its own: the GPU's page-locked memory, which the card reads and writes
+// directly, without a copy through staging buffers (and which is not
+// zeroed first). NewPlane returns a w x h plane whose contents are
+// undefined; FreePlane takes one back for reuse (its holder no longer
+// touches it) and ignores planes it did not make. Callers go through
+// NewPlane and FreePlane below, which fall back to Go memory.
+type HostPlanes interface {
+	NewPlane(ctx context.Context, w, h int) (*Gray16, error)
+	FreePlane(g *Gray16)
+}
+
+// NewPlane returns a w x h plane from engine if it implements HostPlanes
+// (contents undefined), else a new zeroed one.
+func NewPlane(ctx context.Context, engine any, w, h int) (*Gray16, error) {
+	if hp, ok := engine.(HostPlanes); ok {
+		return hp.NewPlane(ctx, w, h)
+	}
+	return NewGray16(w, h), nil
+}
+
+// FreePlane gives g back to engine if it implements HostPlanes (g must not
+// be used afterwards); otherwise the garbage collector takes it.
+func FreePlane(engine any, g *Gray16) {
+	if hp, ok := engine.(HostPlanes); ok {
+		hp.FreePlane(g)
+	}
+}
+
 // Float32 is a float32 plane, row-major (y, x), x fastest. Units are stated by
 // the API that produces or consumes it.
 type Float32 struct {

@@ -31,35 +31,6 @@ type Backend interface {
 	Warp(ctx context.Context, imgs []*raster.Gray16, m *Mapping, h, w int) ([]*raster.Gray16, error)
 }
 
-// HostPlanes is implemented by a backend that keeps host planes in memory
-// of its own: the GPU's page-locked memory, which the card reads and writes
-// directly, without a copy through staging buffers. Its Warp returns such
-// planes. NewPlane returns a w x h plane whose contents are undefined;
-// FreePlane takes one back for reuse (the caller no longer touches it) and
-// ignores planes it did not make. Callers go through NewPlane and FreePlane
-// below, which fall back to Go memory.
-type HostPlanes interface {
-	NewPlane(ctx context.Context, w, h int) (*raster.Gray16, error)
-	FreePlane(g *raster.Gray16)
-}
-
-// NewPlane returns a w x h plane from be if it implements HostPlanes
-// (contents undefined), else a new zeroed one.
-func NewPlane(ctx context.Context, be Backend, w, h int) (*raster.Gray16, error) {
-	if hp, ok := be.(HostPlanes); ok {
-		return hp.NewPlane(ctx, w, h)
-	}
-	return raster.NewGray16(w, h), nil
-}
-
-// FreePlane gives g back to be if it implements HostPlanes (g must not be
-// used afterwards); otherwise the garbage collector takes it.
-func FreePlane(be Backend, g *raster.Gray16) {
-	if hp, ok := be.(HostPlanes); ok {
-		hp.FreePlane(g)
-	}
-}
-
 // Block is a bh x bw block of the fixed level with top-left corner
 // (Y0, X0), level px, measured through maps[Map].
 type Block struct {

@@ -12,7 +12,6 @@ import (
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/ometiff"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
-	"github.com/kintsugi-hpc/kintsugi-go/internal/register"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
@@ -64,7 +63,7 @@ func writeOME(ctx context.Context, cfg *config.Config, dir string, files map[int
 					return nil, err
 				}
 			}
-			dst, err := register.NewPlane(ctx, pl.be, w, h)
+			dst, err := raster.NewPlane(ctx, pl.be, w, h)
 			if err != nil {
 				return nil, err
 			}

@@ -276,7 +276,7 @@ func readPadded(path string, h, w int) (*raster.Gray16, error) {
 }
 
 // planes hands out the stage's h x w planes: from the backend where it
-// keeps planes of its own (register.NewPlane: the GPU's page-locked memory,
+// keeps planes of its own (raster.NewPlane: the GPU's page-locked memory,
 // which it moves to and from the card without a staging copy, and which is
 // not zeroed first), reused once given back.
 type planes struct {
@@ -287,7 +287,7 @@ type planes struct {
 // read reads path into a plane, zero-padded at the bottom and right (the
 // stage's rule, as readPadded).
 func (p planes) read(ctx context.Context, path string) (*raster.Gray16, error) {
-	dst, err := register.NewPlane(ctx, p.be, p.w, p.h)
+	dst, err := raster.NewPlane(ctx, p.be, p.w, p.h)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +306,7 @@ func (p planes) read(ctx context.Context, path string) (*raster.Gray16, error) {
 }
 
 // free gives a plane back (it must not be used afterwards).
-func (p planes) free(g *raster.Gray16) { register.FreePlane(p.be, g) }
+func (p planes) free(g *raster.Gray16) { raster.FreePlane(p.be, g) }
 
 // Run registers every cycle of the project.
 func Run(ctx context.Context, o Options) (*Result, error) {

@@ -439,8 +439,10 @@ type reader struct {
 	maxInMem atomic.Int64
 }
 
-// startReader starts reading planes on workers goroutines per plane.
-func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots, workers int) *reader {
+// startReader starts reading planes on workers goroutines per plane, each
+// into tiles from engine (raster.NewPlane: on the GPU page-locked memory,
+// sent to the card without a staging copy; given back with freeTiles).
+func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots, workers int, engine any) *reader {
 	rd := &reader{ready: make(chan planeData, len(planes)), slots: make(chan struct{}, slots), finished: make(chan struct{})}
 	readCtx, cancel := context.WithCancel(ctx)
 	rd.cancel = cancel
@@ -456,7 +458,20 @@ func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots,
 				rd.maxInMem.Store(n) // only this goroutine stores
 			}
 			t0 := time.Now()
-			tiles, err := cyc.ReadPlane(readCtx, pl.z, pl.ch, workers)
+			tiles := make([]*raster.Gray16, cyc.Tiles())
+			var err error
+			for i := range tiles {
+				if tiles[i], err = raster.NewPlane(readCtx, engine, cyc.W, cyc.H); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				err = cyc.ReadPlaneInto(readCtx, pl.z, pl.ch, workers, tiles)
+			}
+			if err != nil {
+				freeTiles(engine, tiles)
+				tiles = nil
+			}
 			rd.secs += since(t0)
 			rd.ready <- planeData{pl: pl, tiles: tiles, err: err}
 			if err != nil {
@@ -465,6 +480,16 @@ func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots,
 		}
 	}()
 	return rd
+}
+
+// freeTiles gives a plane's tiles back to engine (raster.FreePlane); nil
+// entries are skipped.
+func freeTiles(engine any, tiles []*raster.Gray16) {
+	for _, t := range tiles {
+		if t != nil {
+			raster.FreePlane(engine, t)
+		}
+	}
 }
 
 // next returns the next plane read, in order.
@@ -500,7 +525,7 @@ func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, dir string, start t
 			planes = append(planes, plane{ch, z})
 		}
 	}
-	rd := startReader(ctx, r.cyc, planes, mp.Planes, r.workers)
+	rd := startReader(ctx, r.cyc, planes, mp.Planes, r.workers, r.o.Engine)
 	// rd.secs is read after the reader is done.
 	defer rd.stop()
 	done := 0
@@ -612,6 +637,7 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 		}
 		r.tm.CorrectBlend += since(t0)
 		// The plane's raw tiles are no longer needed: free its slot.
+		freeTiles(o.Engine, b[i].tiles)
 		b[i].tiles = nil
 		r.gc()
 		rd.done()
