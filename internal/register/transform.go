@@ -120,6 +120,37 @@ func (f *Field) At(y, x float64) (float64, float64) {
 	return dy, dx
 }
 
+// rowAt returns the field interpolated along y at y (full-resolution px,
+// clamped to the grid as At does): one dy and one dx per grid column, for
+// colAt. At(y, x) equals colAt(rowAt(y), x) to rounding.
+func (f *Field) rowAt(y float64) (dy, dx []float64) {
+	gy := math.Max(0, math.Min(float64(f.NY-1), (y-f.Y0)/f.Step))
+	i0 := min(int(gy), f.NY-2)
+	if f.NY == 1 {
+		i0 = 0
+	}
+	fy := gy - float64(i0)
+	i1 := min(i0+1, f.NY-1)
+	dy, dx = make([]float64, f.NX), make([]float64, f.NX)
+	for c := range f.NX {
+		dy[c] = (1-fy)*float64(f.DY[i0*f.NX+c]) + fy*float64(f.DY[i1*f.NX+c])
+		dx[c] = (1-fy)*float64(f.DX[i0*f.NX+c]) + fy*float64(f.DX[i1*f.NX+c])
+	}
+	return dy, dx
+}
+
+// colAt interpolates a row of rowAt along x at x (full-resolution px).
+func (f *Field) colAt(dy, dx []float64, x float64) (float64, float64) {
+	gx := min(max((x-f.X0)/f.Step, 0), float64(f.NX-1)) // x is never NaN
+	j0 := min(int(gx), f.NX-2)
+	if f.NX == 1 {
+		j0 = 0
+	}
+	fx := gx - float64(j0)
+	j1 := min(j0+1, f.NX-1)
+	return dy[j0] + fx*(dy[j1]-dy[j0]), dx[j0] + fx*(dx[j1]-dx[j0])
+}
+
 // Mapping is the transform from fixed to moving coordinates:
 // q = Rigid(p + Field(p)) (Field nil: rigid only).
 type Mapping struct {
