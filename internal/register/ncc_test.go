@@ -88,4 +88,3 @@ func BenchmarkLevelNCC(b *testing.B) {
 		})
 	}
 }
-
