@@ -90,15 +90,15 @@ func outputs(t *testing.T, cfg *config.Config) map[string][]byte {
 
 // TestFused: the fused cycle writes exactly the chain's files on the CPU
 // engines (conformFused).
-func TestFused(t *testing.T) { conformFused(t, cpuEngines(), 0) }
+func TestFused(t *testing.T) { conformFused(t, cpuEngines(), cpuEngines(), 0) }
 
-// conformFused: the fused cycle on e writes exactly the chain's files,
-// byte for byte (time lines and the project directory masked); with
+// conformFused: the fused cycle on e writes exactly the files of the chain
+// on ce, byte for byte (time lines and the project directory masked); with
 // keep_intermediates false the same files less the stitched and
 // deconvolved planes.
-func conformFused(t *testing.T, e Engines, batch int) {
+func conformFused(t *testing.T, ce, e Engines, batch int) {
 	ref := project(t)
-	chain(t, ref, e, batch)
+	chain(t, ref, ce, batch)
 	want := outputs(t, ref)
 	if len(want) < 2*3*4 {
 		t.Fatalf("the chain wrote %d files", len(want))

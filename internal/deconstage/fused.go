@@ -208,9 +208,10 @@ func (f *Fused) begin(ctx context.Context, j *job, in *fusedInput) error {
 }
 
 // Channel deconvolves channel index i from the planes Put and hands each
-// rounded plane z (0-based) to out (which must not keep its Gray changed;
-// it may be called from several goroutines at once), after writing it when
-// the planes are kept. to, when not nil, is the EDF stage's device stack of
+// rounded plane z (0-based) to out (which must not keep its Gray changed,
+// nor keep it at all after returning when Plane.InTarget: that Gray is the
+// engine's page-locked plane, given back; out may be called from several
+// goroutines at once), after writing it when the planes are kept. to, when not nil, is the EDF stage's device stack of
 // the channel: where the result is on a device stack of the same engine,
 // each plane is rounded straight into it (Plane.InTarget) and comes to the
 // host only to be written or measured there.
@@ -277,6 +278,9 @@ func (f *Fused) devChannel(ctx context.Context, i int, j *job, in fusedInput, to
 			defer dt.meter.Free()
 		}
 		dt.deviceOnly = !f.planes && dt.meter != nil && to != nil
+		if to != nil { // out keeps no plane: the EDF has it on the device
+			dt.host = f.r.pe
+		}
 	}
 	t2 := time.Now()
 	err = downloadEach(ctx, res, j, f.r.io, dt, emit)

@@ -69,7 +69,7 @@ func runPlanes(ctx context.Context, e PlaneEngine, j *job, in input, workers int
 		return pages, nil
 	}
 	t2 := time.Now()
-	err = downloadEach(ctx, out, j, workers, target{}, func(z int, p Plane) error {
+	err = downloadEach(ctx, out, j, workers, target{host: e}, func(z int, p Plane) error {
 		return tiffio.WriteGray16(path(z), p.Gray)
 	})
 	if err != nil {
@@ -97,11 +97,15 @@ func deconvolveOnDevice(ctx context.Context, e PlaneEngine, j *job, d decon.Devi
 // target is where downloadEach also puts the rounded planes on the device
 // (the zero target: nowhere, the planes come to the host): to, an EDF
 // device stack of out's engine, and meter measuring them there (either may
-// be nil); deviceOnly: they do not come to the host.
+// be nil); deviceOnly: they do not come to the host. host, when not nil,
+// is the engine whose page-locked planes (raster.HostPlanes) the host
+// copies come into, by DMA, each given back after fn returns: set only
+// where fn keeps no plane.
 type target struct {
 	to         edf.DeviceStack
 	meter      planestats.Meter
 	deviceOnly bool
+	host       any
 }
 
 // downloadEach brings every plane of job j's result out back rounded to
@@ -112,7 +116,16 @@ func downloadEach(ctx context.Context, out decon.DeviceStack, j *job, workers in
 	return par.ForEach(ctx, j.n, workers, func(z int) error {
 		p := Plane{InTarget: dt.to != nil}
 		if !dt.deviceOnly {
-			p.Gray = raster.NewGray16(j.w, j.h)
+			var err error
+			if dt.host != nil {
+				p.Gray, err = raster.NewPlane(ctx, dt.host, j.w, j.h)
+				if err != nil {
+					return err
+				}
+				defer raster.FreePlane(dt.host, p.Gray)
+			} else {
+				p.Gray = raster.NewGray16(j.w, j.h)
+			}
 		}
 		var err error
 		if dt.to != nil || dt.meter != nil {

@@ -3,12 +3,15 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/mumax/3/cuda/cu"
 	"github.com/mumax/3/cuda/cufft"
@@ -48,6 +51,15 @@ type Engine struct {
 	broken  bool
 	devPeak int64
 	total   int64
+	busy    map[string]*OpTime // time per op, for Busy
+
+	// feeder is the engine a lane (Lane) was made from, nil for an
+	// engine of its own context; lanes are the lanes made from this one
+	// (under mu), closed before it; xev orders this engine's compute
+	// stream after another's (waitFor).
+	feeder *Engine
+	lanes  []*Engine
+	xev    event
 }
 
 type job struct {
@@ -74,6 +86,7 @@ func Open(opts Options) (*Engine, error) {
 		exited: make(chan struct{}),
 		fns:    map[string]cu.Function{},
 		plans:  map[planKey]cufft.Handle{},
+		busy:   map[string]*OpTime{},
 	}
 	ready := make(chan result, 1)
 	go e.loop(ready)
@@ -87,9 +100,93 @@ func Open(opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Close releases the GPU. Calls in flight finish first; later calls return
-// ErrClosed.
+// Lane returns a second engine on e's CUDA context: a goroutine of its own
+// (a locked OS thread with the context current) with its own streams,
+// staging buffers, buffer pool, cuFFT plans and page-locked planes, so that
+// its calls run on the GPU beside e's instead of after them (the fused
+// cycle deconvolves and fuses one channel on a lane while e stitches the
+// next). The lane's DeconDeviceStack makes its stacks on e, which fills
+// them (the stitch stage's planes are e's); DeconvolveDeviceStack on the
+// lane starts after the work e has queued and ends with its own done, so
+// that the stack may go back to e's pool. e.Close closes its lanes first.
+func (e *Engine) Lane() (*Engine, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, fmt.Errorf("gpu: lane: %w", ErrClosed)
+	}
+	if e.feeder != nil {
+		return nil, fmt.Errorf("gpu: a lane of a lane")
+	}
+	l := &Engine{
+		opts:   e.opts,
+		desc:   e.desc,
+		jobs:   make(chan job),
+		exited: make(chan struct{}),
+		fns:    e.fns, // read only after Open
+		plans:  map[planKey]cufft.Handle{},
+		busy:   map[string]*OpTime{},
+		feeder: e,
+		dev:    e.dev,
+		cuctx:  e.cuctx,
+		total:  e.total,
+	}
+	ready := make(chan result, 1)
+	go l.loop(ready)
+	if r := <-ready; r.err != nil || r.panicked != nil {
+		<-l.exited
+		if r.panicked != nil {
+			panic(fmt.Sprintf("gpu: lane: %v\n%s", r.panicked, r.stack))
+		}
+		return nil, fmt.Errorf("gpu: lane: %w", r.err)
+	}
+	e.lanes = append(e.lanes, l)
+	return l, nil
+}
+
+// stackOwner is the engine whose pool holds the lane's input stacks (its
+// feeder; e itself for an engine of its own context).
+func (e *Engine) stackOwner() *Engine {
+	if e.feeder != nil {
+		return e.feeder
+	}
+	return e
+}
+
+// afterFeeder orders e's later work after the work its feeder has queued.
+func (e *Engine) afterFeeder(ctx context.Context) error {
+	return e.do(ctx, "wait for the feeder", func() error {
+		e.waitFor(e.feeder)
+		return nil
+	})
+}
+
+// drain waits for e's queued work (even when a context was cancelled: the
+// buffers it reads may be freed next).
+func (e *Engine) drain() {
+	_ = e.do(context.Background(), "drain", func() error {
+		e.sync()
+		return nil
+	})
+}
+
+// waitFor orders later work on e's compute stream after the work queued
+// on o's so far (o: e's feeder or lane, same context; engine goroutine).
+func (e *Engine) waitFor(o *Engine) {
+	e.xev.record(o.compute)
+	streamWait(e.compute, e.xev)
+}
+
+// Close releases the GPU (a lane: its streams and buffers), its lanes
+// first. Calls in flight finish first; later calls return ErrClosed.
 func (e *Engine) Close() error {
+	e.mu.Lock()
+	lanes := e.lanes
+	e.lanes = nil
+	e.mu.Unlock()
+	for _, l := range lanes {
+		_ = l.Close()
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -118,6 +215,46 @@ func (e *Engine) Translator() align.PairTranslator { return &Translator{e: e} }
 
 // Blender returns the GPU blender (blend.Blender).
 func (e *Engine) Blender() blend.Blender { return &Blender{e: e} }
+
+// Busy returns the engine goroutine's time per op since Open, most time
+// first (the op of Busy itself excluded), its lanes' ops among them named
+// "lane OP".
+func (e *Engine) Busy() ([]OpTime, error) {
+	var ops []OpTime
+	err := e.do(context.Background(), "busy", func() error {
+		for _, t := range e.busy {
+			ops = append(ops, *t)
+		}
+		return nil
+	})
+	e.mu.RLock()
+	lanes := e.lanes
+	e.mu.RUnlock()
+	for _, l := range lanes { // a lane's ops as "lane OP"
+		lo, lerr := l.Busy()
+		for _, t := range lo {
+			t.Op = "lane " + t.Op
+			ops = append(ops, t)
+		}
+		err = cmp.Or(err, lerr)
+	}
+	slices.SortFunc(ops, func(a, b OpTime) int { return cmp.Compare(b.Seconds, a.Seconds) })
+	return ops, err
+}
+
+// account adds d to op's time.
+func (e *Engine) account(op string, d time.Duration) {
+	if op == "busy" {
+		return
+	}
+	t := e.busy[op]
+	if t == nil {
+		t = &OpTime{Op: op}
+		e.busy[op] = t
+	}
+	t.Calls++
+	t.Seconds += d.Seconds()
+}
 
 // MemInfo returns device-memory figures.
 func (e *Engine) MemInfo() (MemStats, error) {
@@ -187,7 +324,10 @@ func (e *Engine) loop(ready chan<- result) {
 	}
 	ready <- r
 	for j := range e.jobs {
-		j.done <- e.exec(j.op, j.fn)
+		t0 := time.Now()
+		r := e.exec(j.op, j.fn)
+		e.account(j.op, time.Since(t0))
+		j.done <- r
 	}
 	e.destroy()
 }
@@ -259,7 +399,26 @@ func sticky(e *Error) bool {
 	return false
 }
 
+// initLane makes e's context current on the lane's thread and creates its
+// streams, event and staging buffers.
+func (e *Engine) initLane() error {
+	e.op = "make the context current"
+	cu.CtxSetCurrent(e.cuctx)
+	e.op = "create streams"
+	e.compute = cu.StreamCreate()
+	e.copy = cu.StreamCreate()
+	e.xev = eventCreate()
+	e.op = "pinned staging buffers"
+	e.stage.init()
+	free, total := cu.MemGetInfo()
+	e.devPeak = total - free
+	return nil
+}
+
 func (e *Engine) init() error {
+	if e.feeder != nil {
+		return e.initLane()
+	}
 	e.op = "cuInit"
 	if err := cuInit(); err != nil {
 		return err
@@ -292,6 +451,7 @@ func (e *Engine) init() error {
 	e.op = "create streams"
 	e.compute = cu.StreamCreate()
 	e.copy = cu.StreamCreate()
+	e.xev = eventCreate()
 	e.op = "pinned staging buffers"
 	e.stage.init()
 	free, total := cu.MemGetInfo()
@@ -340,7 +500,14 @@ func (e *Engine) destroy() {
 		if e.copy != 0 {
 			e.copy.Destroy()
 		}
+		if e.xev != 0 {
+			e.xev.destroy()
+		}
 	}()
+	if e.feeder != nil { // the context is the feeder's
+		e.cuctx = 0
+		return
+	}
 	func() {
 		defer func() { _ = recover() }()
 		cu.CtxDestroy(&e.cuctx)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -90,4 +91,55 @@ func TestHostPlanes(t *testing.T) {
 	}()
 	hp.FreePlane(pin)
 	hp.FreePlane(wg[0])
+}
+
+// TestNewPlaneBesideEngine: a new page-locked plane is made while the
+// engine goroutine is busy (a reader is not queued behind a long GPU
+// call), is page-locked, and the engine's Busy figures count the busy call
+// but no allocation.
+func TestNewPlaneBesideEngine(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	blocked := make(chan struct{})
+	go func() {
+		_ = testEngine.do(ctx, "test hold", func() error {
+			close(blocked)
+			<-release
+			return nil
+		})
+	}()
+	<-blocked
+	const w, h = 977, 613 // a size no other test uses: a new buffer
+	got := make(chan error, 1)
+	var g *raster.Gray16
+	go func() {
+		var err error
+		g, err = testEngine.NewPlane(ctx, w, h)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		close(release)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("NewPlane waited for the engine goroutine")
+	}
+	if !testEngine.host.pinned(unsafe.Pointer(&g.Pix[0]), int64(len(g.Pix))*2) {
+		t.Fatal("the new plane is not in page-locked memory")
+	}
+	testEngine.FreePlane(g)
+	ops, err := testEngine.Busy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(ops, func(o OpTime) bool { return o.Op == "test hold" })
+	if i < 0 || ops[i].Calls != 1 {
+		t.Fatalf("Busy has no single %q call: %+v", "test hold", ops)
+	}
+	if j := slices.IndexFunc(ops, func(o OpTime) bool { return o.Op == "busy" }); j >= 0 {
+		t.Errorf("Busy counts its own call: %+v", ops[j])
+	}
 }

@@ -24,11 +24,26 @@ func Open(Options) (*Engine, error) { return nil, ErrNoCUDA }
 // Close does nothing.
 func (*Engine) Close() error { return nil }
 
+// Lane returns ErrNoCUDA.
+func (*Engine) Lane() (*Engine, error) { return nil, ErrNoCUDA }
+
+// stackOwner is e (no lanes in this build).
+func (e *Engine) stackOwner() *Engine { return e }
+
+// afterFeeder returns ErrNoCUDA.
+func (*Engine) afterFeeder(context.Context) error { return ErrNoCUDA }
+
+// drain does nothing.
+func (*Engine) drain() {}
+
 // Name says that there is no GPU engine.
 func (*Engine) Name() string { return "gpu: not built (no cuda tag)" }
 
 // Device describes the device; empty in this build.
 func (*Engine) Device() string { return "" }
+
+// Busy returns ErrNoCUDA.
+func (*Engine) Busy() ([]OpTime, error) { return nil, ErrNoCUDA }
 
 // MemInfo returns ErrNoCUDA.
 func (*Engine) MemInfo() (MemStats, error) { return MemStats{}, ErrNoCUDA }

@@ -41,6 +41,16 @@ type MemStats struct {
 	DevicePeak int64
 }
 
+// OpTime is the time the engine goroutine spent on one kind of call (its
+// op name): Calls calls, Seconds of wall time from the call's start on the
+// goroutine to its end (kernels it left running on a stream are counted by
+// the call that waits for them).
+type OpTime struct {
+	Op      string
+	Calls   int
+	Seconds float64
+}
+
 // Error is a CUDA driver or cuFFT failure.
 type Error struct {
 	Lib  string // "cuda" or "cufft"

@@ -121,7 +121,17 @@ func (r *Registrar) Warp(ctx context.Context, imgs []*raster.Gray16, m *register
 	if err := register.CheckWarp(imgs, m, h, w); err != nil {
 		return nil, err
 	}
+	// The output planes are page-locked (written by DMA), made before the
+	// call so that the engine does not wait for the page-locking.
 	out := make([]*raster.Gray16, len(imgs))
+	for i := range out {
+		o, err := r.e.NewPlane(ctx, w, h)
+		if err != nil {
+			r.e.freePlanes(out)
+			return nil, err
+		}
+		out[i] = o
+	}
 	err := r.e.do(ctx, "register warp", func() error {
 		e := r.e
 		mp := e.alloc(7 * 8)
@@ -139,14 +149,13 @@ func (r *Registrar) Warp(ctx context.Context, imgs []*raster.Gray16, m *register
 			src := e.alloc(n * 2)
 			e.upload([]hostSeg{{host: unsafe.Pointer(&img.Pix[0]), dev: src, n: n * 2}})
 			e.regWarpDev(dst, src, img.H, img.W, h, w, mp, fd)
-			o := e.newHostPlane(w, h)
-			e.download([]hostSeg{{host: unsafe.Pointer(&o.Pix[0]), dev: dst, n: on * 2}})
+			e.download([]hostSeg{{host: unsafe.Pointer(&out[i].Pix[0]), dev: dst, n: on * 2}})
 			e.release(src)
-			out[i] = o
 		}
 		return nil
 	})
 	if err != nil {
+		r.e.freePlanes(out)
 		return nil, err
 	}
 	return out, nil

@@ -117,21 +117,31 @@ func (s *deconStack) meter(m planestats.Meter) (*PlaneMeter, error) {
 
 // DeconDeviceStack allocates an n x h x w float32 device stack (AllocStack)
 // to be filled plane by plane (deconstage's plane form).
+// On a lane (Lane) the stack is its feeder's, which fills it.
 func (e *Engine) DeconDeviceStack(ctx context.Context, n, h, w int) (decon.DeviceStack, error) {
-	d, err := e.AllocStack(ctx, n, h, w)
+	owner := e.stackOwner()
+	d, err := owner.AllocStack(ctx, n, h, w)
 	if err != nil {
 		return nil, err
 	}
-	return &deconStack{e: e, d: d}, nil
+	return &deconStack{e: owner, d: d}, nil
 }
 
-// DeconvolveDeviceStack deconvolves a stack of this engine on the device
-// (DeconvolveDevice); the result stays there. in is kept (the caller frees
-// it).
+// DeconvolveDeviceStack deconvolves a stack of this engine (on a lane: of
+// its feeder, from DeconDeviceStack) on the device (DeconvolveDevice); the
+// result stays there. in is kept (the caller frees it). A feeder's stack
+// is read after the work the feeder has queued (its planes), and the call
+// returns with the lane's work done, so that the stack may then be freed.
 func (e *Engine) DeconvolveDeviceStack(ctx context.Context, in decon.DeviceStack, k *psf.Kernel, p decon.Params) (decon.DeviceStack, decon.Stats, error) {
 	s, ok := in.(*deconStack)
-	if !ok || s.e != e {
+	if !ok || s.e != e && s.e != e.stackOwner() {
 		return nil, decon.Stats{}, fmt.Errorf("%w: a device stack of another engine (%T)", decon.ErrInput, in)
+	}
+	if s.e != e {
+		if err := e.afterFeeder(ctx); err != nil {
+			return nil, decon.Stats{}, err
+		}
+		defer e.drain()
 	}
 	out, st, err := e.DeconvolveDevice(ctx, s.d, k, p)
 	if err != nil {

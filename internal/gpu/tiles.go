@@ -90,7 +90,9 @@ func (e *Engine) FitTiles(ctx context.Context, planes []basic.DeviceTiles, p bas
 }
 
 // CorrectAndBlendTiles is CorrectAndBlend on tiles on the device
-// (CorrectAndBlendTilesDevice, the mosaic then copied to the host).
+// (CorrectAndBlendTilesDevice, the mosaic then copied to the host by DMA
+// into a page-locked plane of NewPlane, which the caller may give back
+// with FreePlane).
 func (e *Engine) CorrectAndBlendTiles(ctx context.Context, dt basic.DeviceTiles, prof *basic.Profile, flatMin float32, pos []raster.Point, p blend.Params) (*raster.Gray16, error) {
 	dm, err := e.CorrectAndBlendTilesDevice(ctx, dt, prof, flatMin, pos, p)
 	if err != nil {
@@ -98,8 +100,12 @@ func (e *Engine) CorrectAndBlendTiles(ctx context.Context, dt basic.DeviceTiles,
 	}
 	defer dm.Free()
 	w, h := dm.Size()
-	out := raster.NewGray16(w, h)
+	out, err := e.NewPlane(ctx, w, h)
+	if err != nil {
+		return nil, err
+	}
 	if err := dm.Download(ctx, out); err != nil {
+		e.FreePlane(out)
 		return nil, err
 	}
 	return out, nil

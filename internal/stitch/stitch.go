@@ -651,7 +651,14 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 		if o.NoPlanes {
 			planePath = ""
 		}
-		r.w.plane(planePath, mosaic, filepath.Join(chDir, layout.BaSiCDir, layout.BaSiCStem(pl.z)), prof)
+		// The writer gives the mosaic back to the engine's host planes
+		// (raster.FreePlane) when nothing else holds it: no sink, or one
+		// that took the device copy.
+		var release func(*raster.Gray16)
+		if o.Sink == nil || sunk {
+			release = func(g *raster.Gray16) { raster.FreePlane(o.Engine, g) }
+		}
+		r.w.plane(planePath, mosaic, filepath.Join(chDir, layout.BaSiCDir, layout.BaSiCStem(pl.z)), prof, release)
 		mosaic = nil
 		if err := r.w.err(); err != nil {
 			return err
@@ -666,10 +673,12 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 // blendOnDevice corrects and blends a plane's tiles on the device. With a
 // DeviceSink the mosaic goes to the sink there (sunk: it took it), and
 // comes to the host only when it is written or the sink did not take it
-// (mosaic nil otherwise).
+// (mosaic nil otherwise). A mosaic only written (no sink, or one that took
+// the device copy) comes by DMA into the engine's page-locked planes
+// (raster.NewPlane), which the writer gives back; one a sink may keep is
+// Go memory.
 func (r *cycleRun) blendOnDevice(ctx context.Context, te TileEngine, dt basic.DeviceTiles, pl plane, prof *basic.Profile, flatMin float32, bp blend.Params) (mosaic *raster.Gray16, sunk bool, err error) {
-	ds, ok := r.o.Sink.(DeviceSink)
-	if !ok {
+	if r.o.Sink == nil {
 		mosaic, err = te.CorrectAndBlendTiles(ctx, dt, prof, flatMin, r.pos, bp)
 		return mosaic, false, err
 	}
@@ -678,15 +687,25 @@ func (r *cycleRun) blendOnDevice(ctx context.Context, te TileEngine, dt basic.De
 		return nil, false, err
 	}
 	defer dm.Free()
-	if sunk, err = ds.PlaneDevice(ctx, pl.ch, pl.z, dm); err != nil {
-		return nil, false, err
+	if ds, ok := r.o.Sink.(DeviceSink); ok {
+		if sunk, err = ds.PlaneDevice(ctx, pl.ch, pl.z, dm); err != nil {
+			return nil, false, err
+		}
 	}
 	if sunk && r.o.NoPlanes {
 		return nil, true, nil
 	}
 	w, h := dm.Size()
-	mosaic = raster.NewGray16(w, h)
+	if sunk {
+		mosaic, err = raster.NewPlane(ctx, te, w, h)
+	} else {
+		mosaic = raster.NewGray16(w, h)
+	}
+	if err != nil {
+		return nil, false, err
+	}
 	if err := dm.Download(ctx, mosaic); err != nil {
+		raster.FreePlane(te, mosaic)
 		return nil, false, err
 	}
 	return mosaic, sunk, nil
@@ -866,8 +885,9 @@ func (w *writer) do(fn func() error) {
 
 // plane writes one stitched plane and its profiles (prefix_flatfield.tif,
 // mean 1, and prefix_darkfield.tif in counts) as one job: a write slot
-// holds one plane's outputs. path "": the profiles only.
-func (w *writer) plane(path string, img *raster.Gray16, prefix string, p *basic.Profile) {
+// holds one plane's outputs. path "": the profiles only. release, when
+// not nil, takes img back after its write, whether or not it succeeded.
+func (w *writer) plane(path string, img *raster.Gray16, prefix string, p *basic.Profile, release func(*raster.Gray16)) {
 	flat := &raster.Float32{W: p.W, H: p.H, Pix: p.Flatfield}
 	dark := &raster.Float32{W: p.W, H: p.H, Pix: make([]float32, len(p.Darkfield))}
 	for i, v := range p.Darkfield {
@@ -875,7 +895,11 @@ func (w *writer) plane(path string, img *raster.Gray16, prefix string, p *basic.
 	}
 	w.do(func() error {
 		if path != "" {
-			if err := writeGray16(path, img); err != nil {
+			err := writeGray16(path, img)
+			if release != nil && img != nil {
+				release(img)
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -68,14 +68,27 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 	cliutil.Main(app)
 }
 
-// engines opens the device's engine for all three stages (one *gpu.Engine,
-// or the three CPU references); release frees it.
+// engines opens the device's engines (the stitch stage's *gpu.Engine and,
+// for decon and EDF, a lane of it (gpu.Engine.Lane), so that a channel is
+// deconvolved and fused on the GPU while the next one is stitched; or the
+// three CPU references); release frees them.
 func engines(o stagecli.Opts, workers int, dev cliutil.Device) (cyclestage.Engines, func() error, error) {
-	return stagecli.Open(o, dev,
+	return stagecli.OpenWith(o, dev,
 		func() cyclestage.Engines {
 			return cyclestage.Engines{Stitch: stitch.NewCPUEngine(workers), Decon: deconstage.CPUEngine{Workers: workers}, EDF: edf.CPU{Workers: workers}}
 		},
-		func(e *gpu.Engine) cyclestage.Engines { return cyclestage.Engines{Stitch: e, Decon: e, EDF: e} })
+		func(opts gpu.Options) (cyclestage.Engines, func() error, error) {
+			e, err := gpu.Open(opts)
+			if err != nil {
+				return cyclestage.Engines{}, nil, err
+			}
+			l, err := e.Lane()
+			if err != nil {
+				_ = e.Close()
+				return cyclestage.Engines{}, nil, err
+			}
+			return cyclestage.Engines{Stitch: e, Decon: l, EDF: l}, func() error { o.LogDevice(e); return e.Close() }, nil
+		})
 }
 
 // runCommand is `kintsugi-cycle run`.

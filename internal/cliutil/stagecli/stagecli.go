@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -140,7 +141,7 @@ type Engine interface{ Name() string }
 // when the binary was built without CUDA. release closes the CUDA engine,
 // returning its error (callers that ignore it may), and logs the process's
 // peak resident memory (VmHWM) so that every stage job reports it beside
-// the budget logged at Setup, and the device memory (logDevice).
+// the budget logged at Setup, and the device memory (LogDevice).
 func Open[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engine) E) (eng E, release func() error, err error) {
 	return OpenWith(o, dev, cpu, func(opts gpu.Options) (E, func() error, error) {
 		e, err := gpu.Open(opts)
@@ -148,17 +149,43 @@ func Open[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.En
 			var none E
 			return none, nil, err
 		}
-		return onGPU(e), func() error { o.logDevice(e); return e.Close() }, nil
+		return onGPU(e), func() error { o.LogDevice(e); return e.Close() }, nil
 	})
 }
 
-// logDevice logs the CUDA engine's device memory: its peak (cuMemGetInfo,
+// LogDevice logs the CUDA engine's device memory: its peak (cuMemGetInfo,
 // the context and other processes on the GPU included), the buffer pool's
-// peak and the card's total, in MiB.
-func (o Opts) logDevice(e *gpu.Engine) {
+// peak and the card's total, in MiB; then the engine goroutine's time
+// ("engine time": its total and the ops that took most, seconds/calls).
+func (o Opts) LogDevice(e *gpu.Engine) {
 	if ms, err := e.MemInfo(); err == nil {
 		o.Logger.Info("device memory", "peak_mib", ms.DevicePeak>>20, "pool_peak_mib", ms.PoolPeak>>20, "total_mib", ms.Total>>20)
 	}
+	if ops, err := e.Busy(); err == nil && len(ops) > 0 {
+		o.Logger.Info("engine time", "busy_s", fmt.Sprintf("%.2f", busyTotal(ops)), "ops", busyOps(ops, 12))
+	}
+}
+
+// busyTotal is the engine goroutine's time over all ops, seconds.
+func busyTotal(ops []gpu.OpTime) float64 {
+	var s float64
+	for _, t := range ops {
+		s += t.Seconds
+	}
+	return s
+}
+
+// busyOps describes the first n ops (most time first) as
+// "op=seconds/calls, ...".
+func busyOps(ops []gpu.OpTime, n int) string {
+	var b strings.Builder
+	for i, t := range ops[:min(n, len(ops))] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%.2fs/%d", t.Op, t.Seconds, t.Calls)
+	}
+	return b.String()
 }
 
 // OpenWith is Open with the GPU opened by openGPU (returning the engine
