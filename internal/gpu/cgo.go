@@ -3,7 +3,8 @@
 package gpu
 
 // The few driver calls that mumax's cu package does not wrap: contexts with
-// blocking synchronisation, events (stream ordering without host waits), and
+// blocking synchronisation, streams with a priority, events (stream
+// ordering without host waits), and
 // a batched 2-D cuFFT plan (mumax's cufft.PlanMany passes Go []int, 64-bit,
 // where cuFFT reads 32-bit ints).
 // Failures panic with a cu.Result, like mumax's own calls, so the engine's
@@ -77,8 +78,23 @@ func (ev event) synchronize() {
 	check(C.cuEventSynchronize(ev.c()))
 }
 
-// spinWait is how long synchronize polls before it blocks.
-const spinWait = 100 * time.Microsecond
+// spinWait is how long synchronize polls before it blocks: longer than a
+// BaSiC iteration (whose wait a wake-up would double), far shorter than a
+// deconvolution iteration.
+const spinWait = 2 * time.Millisecond
+
+// streamCreateFirst creates a stream of the context's greatest priority:
+// the GPU schedules its pending blocks before those of other streams (a
+// lane's, of the default, least priority), so that the short kernels of
+// the stitch stage's BaSiC iterations are not queued behind a lane's
+// deconvolution. Running blocks are not preempted.
+func streamCreateFirst() cu.Stream {
+	var least, greatest C.int
+	check(C.cuCtxGetStreamPriorityRange(&least, &greatest))
+	var st C.CUstream
+	check(C.cuStreamCreateWithPriority(&st, C.CU_STREAM_DEFAULT, greatest))
+	return *(*cu.Stream)(unsafe.Pointer(&st))
+}
 
 func (ev event) destroy() { check(C.cuEventDestroy(ev.c())) }
 

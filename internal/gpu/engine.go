@@ -25,7 +25,8 @@ import (
 const Built = true
 
 // Engine owns one GPU: a CUDA context current on one locked OS thread, the
-// kernels, two streams (compute, copy), a buffer pool, pinned staging
+// kernels, two streams (compute, of the greatest priority, and copy; a
+// lane's compute stream has the least), a buffer pool, pinned staging
 // buffers and cuFFT plans. All of it is touched only by the engine's
 // goroutine; exported methods hand it closures and wait.
 type Engine struct {
@@ -449,7 +450,7 @@ func (e *Engine) init() error {
 		return err
 	}
 	e.op = "create streams"
-	e.compute = cu.StreamCreate()
+	e.compute = streamCreateFirst() // before any lane's
 	e.copy = cu.StreamCreate()
 	e.xev = eventCreate()
 	e.op = "pinned staging buffers"
