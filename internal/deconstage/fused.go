@@ -211,8 +211,9 @@ func (f *Fused) begin(ctx context.Context, j *job, in *fusedInput) error {
 // rounded plane z (0-based) to out (which must not keep its Gray changed,
 // nor keep it at all after returning when Plane.InTarget: that Gray is the
 // engine's page-locked plane, given back; out may be called from several
-// goroutines at once), after writing it when the planes are kept. to, when not nil, is the EDF stage's device stack of
-// the channel: where the result is on a device stack of the same engine,
+// goroutines at once), after writing it when the planes are kept. to, when
+// not nil, is the EDF stage's device stack of the channel: where the
+// result is on a device stack of the same engine,
 // each plane is rounded straight into it (Plane.InTarget) and comes to the
 // host only to be written or measured there.
 func (f *Fused) Channel(ctx context.Context, i int, to edf.DeviceStack, out func(z int, p Plane) error) error {

@@ -5,6 +5,7 @@ package gpu
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -89,16 +90,25 @@ func Open(opts Options) (*Engine, error) {
 		plans:  map[planKey]cufft.Handle{},
 		busy:   map[string]*OpTime{},
 	}
+	if err := e.start("open"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// start runs e's goroutine and waits for its init (what names it in a
+// panic).
+func (e *Engine) start(what string) error {
 	ready := make(chan result, 1)
 	go e.loop(ready)
 	if r := <-ready; r.err != nil || r.panicked != nil {
 		<-e.exited
 		if r.panicked != nil {
-			panic(fmt.Sprintf("gpu: open: %v\n%s", r.panicked, r.stack))
+			panic(fmt.Sprintf("gpu: %s: %v\n%s", what, r.panicked, r.stack))
 		}
-		return nil, r.err
+		return r.err
 	}
-	return e, nil
+	return nil
 }
 
 // Lane returns a second engine on e's CUDA context: a goroutine of its own
@@ -132,14 +142,8 @@ func (e *Engine) Lane() (*Engine, error) {
 		cuctx:  e.cuctx,
 		total:  e.total,
 	}
-	ready := make(chan result, 1)
-	go l.loop(ready)
-	if r := <-ready; r.err != nil || r.panicked != nil {
-		<-l.exited
-		if r.panicked != nil {
-			panic(fmt.Sprintf("gpu: lane: %v\n%s", r.panicked, r.stack))
-		}
-		return nil, fmt.Errorf("gpu: lane: %w", r.err)
+	if err := l.start("lane"); err != nil {
+		return nil, fmt.Errorf("gpu: lane: %w", err)
 	}
 	e.lanes = append(e.lanes, l)
 	return l, nil
@@ -384,6 +388,22 @@ func asCUDAError(v any) *Error {
 	return nil
 }
 
+// cudaCall runs f and returns the CUDA failure it panicked with (mumax's
+// cu panics on every error) as an *Error; other panics go on.
+func cudaCall(f func()) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			ce := asCUDAError(v)
+			if ce == nil {
+				panic(v)
+			}
+			err = ce
+		}
+	}()
+	f()
+	return nil
+}
+
 // sticky reports CUDA errors after which the context cannot be used.
 func sticky(e *Error) bool {
 	if e.Lib != "cuda" {
@@ -400,25 +420,26 @@ func sticky(e *Error) bool {
 	return false
 }
 
-// initLane makes e's context current on the lane's thread and creates its
-// streams, event and staging buffers.
-func (e *Engine) initLane() error {
-	e.op = "make the context current"
-	cu.CtxSetCurrent(e.cuctx)
-	e.op = "create streams"
-	e.compute = cu.StreamCreate()
+// initStreams creates the streams (compute as given), the event and the
+// staging buffers, and starts the peak-memory figure (engine goroutine,
+// the context current).
+func (e *Engine) initStreams(compute cu.Stream) {
+	e.compute = compute
 	e.copy = cu.StreamCreate()
 	e.xev = eventCreate()
 	e.op = "pinned staging buffers"
 	e.stage.init()
 	free, total := cu.MemGetInfo()
 	e.devPeak = total - free
-	return nil
 }
 
 func (e *Engine) init() error {
-	if e.feeder != nil {
-		return e.initLane()
+	if e.feeder != nil { // a lane: the feeder's context, a stream of the least priority
+		e.op = "make the context current"
+		cu.CtxSetCurrent(e.cuctx)
+		e.op = "create streams"
+		e.initStreams(cu.StreamCreate())
+		return nil
 	}
 	e.op = "cuInit"
 	if err := cuInit(); err != nil {
@@ -450,36 +471,24 @@ func (e *Engine) init() error {
 		return err
 	}
 	e.op = "create streams"
-	e.compute = streamCreateFirst() // before any lane's
-	e.copy = cu.StreamCreate()
-	e.xev = eventCreate()
-	e.op = "pinned staging buffers"
-	e.stage.init()
-	free, total := cu.MemGetInfo()
-	e.devPeak = total - free
+	e.initStreams(streamCreateFirst()) // before any lane's
 	return nil
 }
 
 // cuInit runs cu.Init and explains the common failures.
-func cuInit() (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			ce := asCUDAError(v)
-			if ce == nil {
-				panic(v)
-			}
-			switch cu.Result(ce.Code) {
-			case cu.ERROR_NO_DEVICE:
-				err = fmt.Errorf("no CUDA device found (CUDA_VISIBLE_DEVICES=%q): %w", os.Getenv("CUDA_VISIBLE_DEVICES"), ce)
-			case cu.ERROR_INVALID_DEVICE:
-				err = fmt.Errorf("CUDA_VISIBLE_DEVICES=%q names no usable device: %w", os.Getenv("CUDA_VISIBLE_DEVICES"), ce)
-			default:
-				err = fmt.Errorf("the CUDA driver failed to initialise (is the NVIDIA driver loaded on this node?): %w", ce)
-			}
-		}
-	}()
-	cu.Init(0)
-	return nil
+func cuInit() error {
+	err := cudaCall(func() { cu.Init(0) })
+	var ce *Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	switch cu.Result(ce.Code) {
+	case cu.ERROR_NO_DEVICE:
+		return fmt.Errorf("no CUDA device found (CUDA_VISIBLE_DEVICES=%q): %w", os.Getenv("CUDA_VISIBLE_DEVICES"), ce)
+	case cu.ERROR_INVALID_DEVICE:
+		return fmt.Errorf("CUDA_VISIBLE_DEVICES=%q names no usable device: %w", os.Getenv("CUDA_VISIBLE_DEVICES"), ce)
+	}
+	return fmt.Errorf("the CUDA driver failed to initialise (is the NVIDIA driver loaded on this node?): %w", ce)
 }
 
 func (e *Engine) destroy() {

@@ -68,16 +68,6 @@ func (e *Engine) NewPlane(ctx context.Context, w, h int) (*raster.Gray16, error)
 // FreePlane implements raster.HostPlanes.
 func (e *Engine) FreePlane(g *raster.Gray16) { e.host.freeHostPlane(g) }
 
-// freePlanes gives back every plane of gs from NewPlane (nil entries
-// skipped).
-func (e *Engine) freePlanes(gs []*raster.Gray16) {
-	for _, g := range gs {
-		if g != nil {
-			e.host.freeHostPlane(g)
-		}
-	}
-}
-
 // take returns a freed w x h plane, or nil when there is none (any
 // goroutine).
 func (m *hostMem) take(w, h int) *raster.Gray16 {
@@ -146,22 +136,6 @@ func allocLoop(ctx cu.Context, reqs <-chan hostReq, exited chan<- struct{}) {
 		e := cudaCall(func() { p = cu.MemAllocHost(r.n) })
 		r.reply <- hostRep{p: p, err: e}
 	}
-}
-
-// cudaCall runs f and returns the CUDA failure it panicked with (mumax's
-// cu panics on every error) as an *Error; other panics go on.
-func cudaCall(f func()) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			ce := asCUDAError(v)
-			if ce == nil {
-				panic(v)
-			}
-			err = ce
-		}
-	}()
-	f()
-	return nil
 }
 
 // stop ends the allocator goroutine, if it was started (the engine is

@@ -127,7 +127,7 @@ func (r *Registrar) Warp(ctx context.Context, imgs []*raster.Gray16, m *register
 	for i := range out {
 		o, err := r.e.NewPlane(ctx, w, h)
 		if err != nil {
-			r.e.freePlanes(out)
+			raster.FreePlanes(r.e, out)
 			return nil, err
 		}
 		out[i] = o
@@ -155,7 +155,7 @@ func (r *Registrar) Warp(ctx context.Context, imgs []*raster.Gray16, m *register
 		return nil
 	})
 	if err != nil {
-		r.e.freePlanes(out)
+		raster.FreePlanes(r.e, out)
 		return nil, err
 	}
 	return out, nil

@@ -74,6 +74,15 @@ func FreePlane(engine any, g *Gray16) {
 	}
 }
 
+// FreePlanes is FreePlane for every plane of gs (nil entries skipped).
+func FreePlanes(engine any, gs []*Gray16) {
+	for _, g := range gs {
+		if g != nil {
+			FreePlane(engine, g)
+		}
+	}
+}
+
 // Float32 is a float32 plane, row-major (y, x), x fastest. Units are stated by
 // the API that produces or consumes it.
 type Float32 struct {

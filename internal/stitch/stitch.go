@@ -441,7 +441,7 @@ type reader struct {
 
 // startReader starts reading planes on workers goroutines per plane, each
 // into tiles from engine (raster.NewPlane: on the GPU page-locked memory,
-// sent to the card without a staging copy; given back with freeTiles).
+// sent to the card without a staging copy; given back with raster.FreePlanes).
 func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots, workers int, engine any) *reader {
 	rd := &reader{ready: make(chan planeData, len(planes)), slots: make(chan struct{}, slots), finished: make(chan struct{})}
 	readCtx, cancel := context.WithCancel(ctx)
@@ -469,7 +469,7 @@ func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots,
 				err = cyc.ReadPlaneInto(readCtx, pl.z, pl.ch, workers, tiles)
 			}
 			if err != nil {
-				freeTiles(engine, tiles)
+				raster.FreePlanes(engine, tiles)
 				tiles = nil
 			}
 			rd.secs += since(t0)
@@ -480,16 +480,6 @@ func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots,
 		}
 	}()
 	return rd
-}
-
-// freeTiles gives a plane's tiles back to engine (raster.FreePlane); nil
-// entries are skipped.
-func freeTiles(engine any, tiles []*raster.Gray16) {
-	for _, t := range tiles {
-		if t != nil {
-			raster.FreePlane(engine, t)
-		}
-	}
 }
 
 // next returns the next plane read, in order.
@@ -637,7 +627,7 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 		}
 		r.tm.CorrectBlend += since(t0)
 		// The plane's raw tiles are no longer needed: free its slot.
-		freeTiles(o.Engine, b[i].tiles)
+		raster.FreePlanes(o.Engine, b[i].tiles)
 		b[i].tiles = nil
 		r.gc()
 		rd.done()

@@ -73,21 +73,13 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 // deconvolved and fused on the GPU while the next one is stitched; or the
 // three CPU references); release frees them.
 func engines(o stagecli.Opts, workers int, dev cliutil.Device) (cyclestage.Engines, func() error, error) {
-	return stagecli.OpenWith(o, dev,
+	return stagecli.OpenFrom(o, dev,
 		func() cyclestage.Engines {
 			return cyclestage.Engines{Stitch: stitch.NewCPUEngine(workers), Decon: deconstage.CPUEngine{Workers: workers}, EDF: edf.CPU{Workers: workers}}
 		},
-		func(opts gpu.Options) (cyclestage.Engines, func() error, error) {
-			e, err := gpu.Open(opts)
-			if err != nil {
-				return cyclestage.Engines{}, nil, err
-			}
+		func(e *gpu.Engine) (cyclestage.Engines, error) {
 			l, err := e.Lane()
-			if err != nil {
-				_ = e.Close()
-				return cyclestage.Engines{}, nil, err
-			}
-			return cyclestage.Engines{Stitch: e, Decon: l, EDF: l}, func() error { o.LogDevice(e); return e.Close() }, nil
+			return cyclestage.Engines{Stitch: e, Decon: l, EDF: l}, err
 		})
 }
 

@@ -141,23 +141,34 @@ type Engine interface{ Name() string }
 // when the binary was built without CUDA. release closes the CUDA engine,
 // returning its error (callers that ignore it may), and logs the process's
 // peak resident memory (VmHWM) so that every stage job reports it beside
-// the budget logged at Setup, and the device memory (LogDevice).
+// the budget logged at Setup, and the device memory (logDevice).
 func Open[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engine) E) (eng E, release func() error, err error) {
+	return OpenFrom(o, dev, cpu, func(e *gpu.Engine) (E, error) { return onGPU(e), nil })
+}
+
+// OpenFrom is Open whose onGPU may fail (e.g. opening a lane of the
+// engine); the engine is then closed and the error returned.
+func OpenFrom[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gpu.Engine) (E, error)) (eng E, release func() error, err error) {
 	return OpenWith(o, dev, cpu, func(opts gpu.Options) (E, func() error, error) {
+		var none E
 		e, err := gpu.Open(opts)
 		if err != nil {
-			var none E
 			return none, nil, err
 		}
-		return onGPU(e), func() error { o.LogDevice(e); return e.Close() }, nil
+		eng, err := onGPU(e)
+		if err != nil {
+			_ = e.Close()
+			return none, nil, err
+		}
+		return eng, func() error { o.logDevice(e); return e.Close() }, nil
 	})
 }
 
-// LogDevice logs the CUDA engine's device memory: its peak (cuMemGetInfo,
+// logDevice logs the CUDA engine's device memory: its peak (cuMemGetInfo,
 // the context and other processes on the GPU included), the buffer pool's
 // peak and the card's total, in MiB; then the engine goroutine's time
 // ("engine time": its total and the ops that took most, seconds/calls).
-func (o Opts) LogDevice(e *gpu.Engine) {
+func (o Opts) logDevice(e *gpu.Engine) {
 	if ms, err := e.MemInfo(); err == nil {
 		o.Logger.Info("device memory", "peak_mib", ms.DevicePeak>>20, "pool_peak_mib", ms.PoolPeak>>20, "total_mib", ms.Total>>20)
 	}
