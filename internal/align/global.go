@@ -58,21 +58,17 @@ type globalSolve struct {
 	remeasured []bool        // re-measured at the solved positions and accepted
 	roots      []int         // per tile, the root of its component in the tree
 	pos        []raster.Point
-	// scorers memoise each pair's NCC over the refinement's climbs (one
-	// goroutine per pair at a time)
-	scorers []*scorer
 }
 
 // refineGlobal is step 10 of Align: weighted robust least squares over the
 // accepted pairs, starting from the tree placement pos0 (before its shift
 // to 0), with outlier dropping and re-measurement. It returns the unshifted
 // positions and fills the per-pair state.
-func (m *mist) refineGlobal(ctx context.Context, tiles []*raster.Float32, final []Translation, accepted []bool, tree []int, pos0 []raster.Point) (*globalSolve, error) {
-	n := len(tiles)
+func (m *mist) refineGlobal(ctx context.Context, n int, final []Translation, accepted []bool, tree []int, pos0 []raster.Point) (*globalSolve, error) {
 	g := &globalSolve{
 		n: n, pairs: m.pairs, t: slices.Clone(final), accepted: slices.Clone(accepted),
 		connector: make([]bool, len(m.pairs)), outlier: make([]bool, len(m.pairs)),
-		remeasured: make([]bool, len(m.pairs)), pos: slices.Clone(pos0), scorers: make([]*scorer, len(m.pairs)),
+		remeasured: make([]bool, len(m.pairs)), pos: slices.Clone(pos0),
 	}
 	for _, i := range tree {
 		if !g.accepted[i] {
@@ -91,15 +87,15 @@ func (m *mist) refineGlobal(ctx context.Context, tiles []*raster.Float32, final 
 	tried := make([]bool, len(m.pairs))    // re-measured once already (solveDropping)
 	triedOff := make([]bool, len(m.pairs)) // not accepted and climbed once already (remeasure)
 	for round := 0; ; round++ {
-		m.solveDropping(tiles, g, tried)
+		m.solveDropping(g, tried)
 		if round == remeasureRounds || ctx.Err() != nil {
 			break
 		}
-		moved, err := m.verify(ctx, tiles, g, tried)
+		moved, err := m.verify(ctx, g, tried)
 		if err != nil {
 			return nil, err
 		}
-		got, err := m.remeasure(ctx, tiles, g, triedOff)
+		got, err := m.remeasure(ctx, g, triedOff)
 		if err != nil {
 			return nil, err
 		}
@@ -128,7 +124,7 @@ func (m *mist) refineGlobal(ctx context.Context, tiles []*raster.Float32, final 
 // ones when the residuals cannot: in a loop of four pairs, one of them
 // wrong, any three agree, and the NCC the translator reported for a
 // wrong peak may be as high as the true one's.
-func (m *mist) solveDropping(tiles []*raster.Float32, g *globalSolve, tried []bool) {
+func (m *mist) solveDropping(g *globalSolve, tried []bool) {
 	for range 2*len(g.pairs) + 1 {
 		g.solve()
 		var cands []int
@@ -152,7 +148,7 @@ func (m *mist) solveDropping(tiles []*raster.Float32, g *globalSolve, tried []bo
 			g.solve()
 			pr := g.pairs[c]
 			oy, ox := g.pos[pr.B].Y-g.pos[pr.A].Y, g.pos[pr.B].X-g.pos[pr.A].X
-			t, ok := m.climbNear(tiles, g, c, oy, ox, int(math.Ceil(GlobalTol))+1)
+			t, ok := m.climbNear(c, oy, ox, int(math.Ceil(GlobalTol))+1)
 			if ok && math.Hypot(t.DY-oy, t.DX-ox) <= 2*GlobalTol && math.Hypot(t.DY-g.t[c].DY, t.DX-g.t[c].DX) > GlobalTol &&
 				(best < 0 || t.NCC > bestT.NCC) {
 				best, bestT = c, t
@@ -381,16 +377,16 @@ func conjugateGradient(apply func(dst, x []float64), diag []float64, fixed []boo
 // A correct pair climbs back to its own translation, or, from an offset
 // moved by another pair's error, to a lower maximum, and keeps it. It
 // returns how many were replaced.
-func (m *mist) verify(ctx context.Context, tiles []*raster.Float32, g *globalSolve, tried []bool) (int, error) {
+func (m *mist) verify(ctx context.Context, g *globalSolve, tried []bool) (int, error) {
 	var todo []int
 	for i := range m.pairs {
 		if g.accepted[i] && !tried[i] {
 			todo = append(todo, i)
 		}
 	}
-	found, err := m.climbAll(ctx, tiles, g, todo, verifyRadius, func(i int, t Translation, _, _ float64) bool {
+	found, err := m.climbAll(ctx, g, todo, verifyRadius, func(i int, t Translation, _, _ float64) bool {
 		return math.Hypot(t.DY-g.t[i].DY, t.DX-g.t[i].DX) > GlobalTol &&
-			t.NCC > g.scorers[i].ncc(int(math.Round(g.t[i].DY)), int(math.Round(g.t[i].DX)))
+			t.NCC > m.scorers[i].ncc(int(math.Round(g.t[i].DY)), int(math.Round(g.t[i].DX)))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("align: global refinement: verify: %w", err)
@@ -412,7 +408,7 @@ func (m *mist) verify(ctx context.Context, tiles []*raster.Float32, g *globalSol
 // NCC exceeds the threshold, that is textured and whose translation
 // (sub-pixel with Params.Subpixel) lies within GlobalTol of the offset is
 // accepted as the pair's translation. It returns how many were accepted.
-func (m *mist) remeasure(ctx context.Context, tiles []*raster.Float32, g *globalSolve, tried []bool) (int, error) {
+func (m *mist) remeasure(ctx context.Context, g *globalSolve, tried []bool) (int, error) {
 	var todo []int
 	for i := range m.pairs {
 		if !g.accepted[i] && !tried[i] {
@@ -420,7 +416,7 @@ func (m *mist) remeasure(ctx context.Context, tiles []*raster.Float32, g *global
 			tried[i] = true
 		}
 	}
-	found, err := m.climbAll(ctx, tiles, g, todo, int(math.Ceil(GlobalTol))+1, func(_ int, t Translation, oy, ox float64) bool {
+	found, err := m.climbAll(ctx, g, todo, int(math.Ceil(GlobalTol))+1, func(_ int, t Translation, oy, ox float64) bool {
 		return math.Hypot(t.DY-oy, t.DX-ox) <= GlobalTol
 	})
 	if err != nil {
@@ -441,7 +437,7 @@ func (m *mist) remeasure(ctx context.Context, tiles []*raster.Float32, g *global
 // relative offsets at the solved positions, and returns per entry of todo
 // the local maximum found when keep(pair, it, offset y, offset x) holds,
 // else nil.
-func (m *mist) climbAll(ctx context.Context, tiles []*raster.Float32, g *globalSolve, todo []int, radius int,
+func (m *mist) climbAll(ctx context.Context, g *globalSolve, todo []int, radius int,
 	keep func(i int, t Translation, oy, ox float64) bool) ([]*Translation, error) {
 	found := make([]*Translation, len(todo))
 	err := par.ForEach(ctx, len(todo), runtime.GOMAXPROCS(0), func(k int) error {
@@ -449,7 +445,7 @@ func (m *mist) climbAll(ctx context.Context, tiles []*raster.Float32, g *globalS
 		pr := m.pairs[i]
 		oy := g.pos[pr.B].Y - g.pos[pr.A].Y
 		ox := g.pos[pr.B].X - g.pos[pr.A].X
-		if t, ok := m.climbNear(tiles, g, i, oy, ox, radius); ok && keep(i, t, oy, ox) {
+		if t, ok := m.climbNear(i, oy, ox, radius); ok && keep(i, t, oy, ox) {
 			found[k] = &t
 		}
 		return nil
@@ -461,13 +457,8 @@ func (m *mist) climbAll(ctx context.Context, tiles []*raster.Float32, g *globalS
 // (oy, ox) within ±radius of it and returns the local maximum when it lies
 // inside the box (not on its edge), its NCC exceeds the threshold and the
 // overlap is textured there; sub-pixel with Params.Subpixel.
-func (m *mist) climbNear(tiles []*raster.Float32, g *globalSolve, i int, oy, ox float64, radius int) (Translation, bool) {
-	pr := m.pairs[i]
-	s := g.scorers[i]
-	if s == nil {
-		s = newScorer(tiles[pr.A], tiles[pr.B], NewPairGeometry(m.h, m.w, pr.Dir, m.p.Overlap))
-		g.scorers[i] = s
-	}
+func (m *mist) climbNear(i int, oy, ox float64, radius int) (Translation, bool) {
+	s := m.scorers[i]
 	y0, x0 := int(math.Round(oy)), int(math.Round(ox))
 	bx := &box{y0 - radius, y0 + radius, x0 - radius, x0 + radius}
 	v, ok := s.score(y0, x0)
@@ -478,5 +469,5 @@ func (m *mist) climbNear(tiles []*raster.Float32, g *globalSolve, i int, oy, ox 
 	if y == bx.y0 || y == bx.y1 || x == bx.x0 || x == bx.x1 {
 		return Translation{}, false
 	}
-	return m.measurement(tiles, pr, s, y, x, v)
+	return m.measurement(s, y, x, v)
 }

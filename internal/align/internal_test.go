@@ -411,10 +411,11 @@ func TestGlobalDropsOutlier(t *testing.T) {
 			tiles[i].Pix[k] = 1
 		}
 	}
-	m := &mist{pairs: pairs, grid: grid, first: tr, h: h, w: w, p: Params{Overlap: 0.2, NCCThreshold: 0.078, POU: 3}, thr: 0.078}
+	m := newMist(tiles, pairs, grid, tr, Params{Overlap: 0.2, NCCThreshold: 0.078, POU: 3})
+	m.thr = 0.078
 	tree := spanningTree(len(grid), pairs, tr, accepted)
 	pos0 := place(len(grid), grid, pairs, tr, tree, [2]Translation{{DX: 32}, {DY: 32}})
-	g, err := m.refineGlobal(context.Background(), tiles, tr, accepted, tree, pos0)
+	g, err := m.refineGlobal(context.Background(), len(tiles), tr, accepted, tree, pos0)
 	if err != nil {
 		t.Fatal(err)
 	}

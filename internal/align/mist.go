@@ -227,13 +227,12 @@ func Align(ctx context.Context, tr PairTranslator, tiles []*raster.Float32, rows
 	if len(first) != len(pairs) {
 		return Result{}, fmt.Errorf("align: translator returned %d translations for %d pairs", len(first), len(pairs))
 	}
-	h, w := tiles[0].H, tiles[0].W
-	m := &mist{pairs: pairs, grid: grid, first: first, h: h, w: w, p: p}
+	m := newMist(tiles, pairs, grid, first, p)
 	m.filter()
-	if err := m.trust(ctx, tiles); err != nil {
+	if err := m.trust(ctx); err != nil {
 		return Result{}, err
 	}
-	final, refined, err := m.replace(ctx, tiles)
+	final, refined, err := m.replace(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -252,7 +251,7 @@ func Align(ctx context.Context, tr PairTranslator, tiles []*raster.Float32, rows
 	for i := range accepted {
 		accepted[i] = m.trusted[i] || refined[i]
 	}
-	g, err := m.refineGlobal(ctx, tiles, final, accepted, tree, pos)
+	g, err := m.refineGlobal(ctx, len(tiles), final, accepted, tree, pos)
 	if err != nil {
 		return Result{}, err
 	}
@@ -280,6 +279,20 @@ type mist struct {
 	// medians of trusted translations per (direction, group) and direction
 	groupMed map[[2]int][2]float64
 	dirMed   [2]*[2]float64
+	// scorers memoise each pair's NCC and TextureNCC over steps 6-10 (one
+	// goroutine per pair at a time)
+	scorers []*scorer
+}
+
+// newMist returns the state of an Align call over tiles (at least one) with
+// first-pass translations first, before filtering.
+func newMist(tiles []*raster.Float32, pairs []Pair, grid []GridPos, first []Translation, p Params) *mist {
+	h, w := tiles[0].H, tiles[0].W
+	m := &mist{pairs: pairs, grid: grid, first: first, h: h, w: w, p: p, scorers: make([]*scorer, len(pairs))}
+	for i, pr := range pairs {
+		m.scorers[i] = newScorer(tiles[pr.A], tiles[pr.B], NewPairGeometry(h, w, pr.Dir, p.Overlap))
+	}
+	return m
 }
 
 // group is the column (Left) or row (Top) of a pair's B tile: pairs of one
@@ -386,13 +399,12 @@ func (m *mist) filter() {
 
 // trust is step 6 of Align: the texture and loop checks, then the stage
 // model and the refinement radius from the trusted translations.
-func (m *mist) trust(ctx context.Context, tiles []*raster.Float32) error {
+func (m *mist) trust(ctx context.Context) error {
 	n := len(m.pairs)
 	m.texture = make([]float64, n)
 	err := par.ForEach(ctx, n, runtime.GOMAXPROCS(0), func(i int) error {
 		if f := m.first[i]; finite(f) && f.NCC > m.thr {
-			pr := m.pairs[i]
-			m.texture[i] = TextureNCC(tiles[pr.A], tiles[pr.B], int(math.Round(f.DY)), int(math.Round(f.DX)))
+			m.texture[i] = m.scorers[i].texture(int(math.Round(f.DY)), int(math.Round(f.DX)))
 		}
 		return nil
 	})
@@ -542,7 +554,7 @@ func (m *mist) model() [2]Translation {
 
 // replace builds the final translations: valid ones as measured, the others
 // replaced by the model and refined (step 7 of Align), in parallel.
-func (m *mist) replace(ctx context.Context, tiles []*raster.Float32) ([]Translation, []bool, error) {
+func (m *mist) replace(ctx context.Context) ([]Translation, []bool, error) {
 	final := make([]Translation, len(m.pairs))
 	refined := make([]bool, len(m.pairs))
 	var todo []int
@@ -564,7 +576,7 @@ func (m *mist) replace(ctx context.Context, tiles []*raster.Float32) ([]Translat
 					return
 				}
 				i := todo[k]
-				if t, ok := m.refine(tiles, i, final[i]); ok {
+				if t, ok := m.refine(i, final[i]); ok {
 					final[i], refined[i] = t, true
 				}
 			}
@@ -581,10 +593,8 @@ func (m *mist) replace(ctx context.Context, tiles []*raster.Float32) ([]Translat
 // est, from est and from the first-pass translation when it lies in the
 // box, and reports the best local maximum inside the box (not on its edge)
 // when its NCC exceeds the threshold and it is textured (step 8 of Align).
-func (m *mist) refine(tiles []*raster.Float32, i int, est Translation) (Translation, bool) {
-	pr := m.pairs[i]
-	g := NewPairGeometry(m.h, m.w, pr.Dir, m.p.Overlap)
-	s := newScorer(tiles[pr.A], tiles[pr.B], g)
+func (m *mist) refine(i int, est Translation) (Translation, bool) {
+	s := m.scorers[i]
 	y0, x0 := int(math.Round(est.DY)), int(math.Round(est.DX))
 	bx := &box{y0 - m.radius, y0 + m.radius, x0 - m.radius, x0 + m.radius}
 	starts := [][2]int{{y0, x0}}
@@ -614,18 +624,19 @@ func (m *mist) refine(tiles []*raster.Float32, i int, est Translation) (Translat
 	if !found {
 		return Translation{}, false
 	}
-	return m.measurement(tiles, pr, s, y, x, v)
+	return m.measurement(s, y, x, v)
 }
 
-// measurement turns the NCC local maximum (y, x) of pair pr, NCC v, into a
-// translation (sub-pixel with Params.Subpixel) when v exceeds the threshold
-// and the overlap is textured there; otherwise there is no measurement.
-func (m *mist) measurement(tiles []*raster.Float32, pr Pair, s *scorer, y, x int, v float64) (Translation, bool) {
+// measurement turns the NCC local maximum (y, x) of a pair, NCC v, scored
+// by s, into a translation (sub-pixel with Params.Subpixel) when v exceeds
+// the threshold and the overlap is textured there; otherwise there is no
+// measurement.
+func (m *mist) measurement(s *scorer, y, x int, v float64) (Translation, bool) {
 	if !(v > m.thr) {
 		// no local maximum above the threshold: no measurement, keep the model
 		return Translation{}, false
 	}
-	if !(TextureNCC(tiles[pr.A], tiles[pr.B], y, x) > TextureMin) {
+	if !(s.texture(y, x) > TextureMin) {
 		// the NCC follows a smooth gradient, not shared texture
 		return Translation{}, false
 	}

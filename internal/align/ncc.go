@@ -26,17 +26,26 @@ func NCC(a, b *raster.Float32, dy, dx int) float64 {
 	if a.W != b.W || a.H != b.H {
 		panic("align: NCC of tiles of different sizes")
 	}
-	h, w := a.H, a.W
-	y0, y1 := max(0, dy), min(h, h+dy)
-	x0, x1 := max(0, dx), min(w, w+dx)
-	if y1 <= y0 || x1 <= x0 {
+	r := overlapRect(a.H, a.W, dy, dx)
+	if r.empty() {
 		return 0
 	}
-	var sa, sb, saa, sbb, sab float64
-	for y := y0; y < y1; y++ {
-		ra := a.Pix[y*w+x0 : y*w+x1]
+	sa, sb, saa, sbb, sab := overlapSums(a, b, r, dy, dx)
+	return NCCFromSums(sa, sb, saa, sbb, sab, float64(r.area()))
+}
+
+// overlapSums returns NCC's sums Σa, Σb, Σa², Σb², Σab over the overlap r
+// (A's side) at translation (dy, dx), in one pass. Row by row, each row's
+// pixels alternate between two sets of accumulators (x0, x0+2, ... and
+// x0+1, x0+3, ...), added at the end of the row; the row sums are added in
+// row order. This is the order of regionSums and crossSums, so each sum is
+// the same to the bit as theirs.
+func overlapSums(a, b *raster.Float32, r rect, dy, dx int) (sa, sb, saa, sbb, sab float64) {
+	w := a.W
+	for y := r.y0; y < r.y1; y++ {
+		ra := a.Pix[y*w+r.x0 : y*w+r.x1]
 		ob := (y-dy)*w - dx
-		rb := b.Pix[ob+x0 : ob+x1]
+		rb := b.Pix[ob+r.x0 : ob+r.x1]
 		rb = rb[:len(ra)]
 		// Two interleaved accumulator sets shorten the dependency chains.
 		var s0a, s0b, s0aa, s0bb, s0ab float64
@@ -70,7 +79,7 @@ func NCC(a, b *raster.Float32, dy, dx int) float64 {
 		sbb += s0bb + s1bb
 		sab += s0ab + s1ab
 	}
-	return NCCFromSums(sa, sb, saa, sbb, sab, float64((y1-y0)*(x1-x0)))
+	return sa, sb, saa, sbb, sab
 }
 
 // NCCFromSums is NCC's final step from float64 sums over an overlap of n
@@ -147,15 +156,29 @@ func (b *box) contains(y, x int) bool {
 	return b == nil || y >= b.y0 && y <= b.y1 && x >= b.x0 && x <= b.x1
 }
 
-// scorer evaluates NCC of one pair at integer translations, memoised.
+// scorer evaluates NCC of one pair at integer translations, memoised (and
+// TextureNCC, memoised). Its scores are NCC's up to float64 rounding and
+// depend only on the pair, its geometry and the translation: see
+// nccsums.go for how it sums, several neighbours of a translation at a
+// time (prefetch).
 type scorer struct {
-	a, b *raster.Float32
-	g    PairGeometry
-	seen map[[2]int]float64
+	a, b   *raster.Float32
+	g      PairGeometry
+	seen   map[[2]int]float64
+	tex    map[[2]int]float64
+	sa, sb sideSums // anchored at the overlap at the nominal translation
 }
 
 func newScorer(a, b *raster.Float32, g PairGeometry) *scorer {
-	return &scorer{a: a, b: b, g: g, seen: make(map[[2]int]float64, 32)}
+	if a.W != b.W || a.H != b.H {
+		panic("align: NCC of tiles of different sizes")
+	}
+	ny, nx := int(math.Round(g.NomY)), int(math.Round(g.NomX))
+	anchor := overlapRect(a.H, a.W, ny, nx)
+	return &scorer{
+		a: a, b: b, g: g, seen: make(map[[2]int]float64, 32),
+		sa: sideSums{t: a, anchor: anchor}, sb: sideSums{t: b, anchor: anchor.shift(-ny, -nx)},
+	}
 }
 
 // score returns the NCC at (dy, dx) and whether the translation is plausible.
@@ -172,9 +195,47 @@ func (s *scorer) ncc(dy, dx int) float64 {
 	if v, ok := s.seen[k]; ok {
 		return v
 	}
-	v := NCC(s.a, s.b, dy, dx)
+	v := s.nccBatch([][2]int{k})[0]
 	s.seen[k] = v
 	return v
+}
+
+// texture returns TextureNCC at (dy, dx), memoised.
+func (s *scorer) texture(dy, dx int) float64 {
+	k := [2]int{dy, dx}
+	if v, ok := s.tex[k]; ok {
+		return v
+	}
+	v := TextureNCC(s.a, s.b, dy, dx)
+	if s.tex == nil {
+		s.tex = make(map[[2]int]float64, 4)
+	}
+	s.tex[k] = v
+	return v
+}
+
+// prefetch scores, in batches, the plausible translations of the 3x3
+// neighbourhood of (y, x) that lie inside bx (nil: unbounded) and have not
+// been scored, so that the score calls that follow find them memoised.
+func (s *scorer) prefetch(y, x int, bx *box) {
+	var todo [][2]int
+	for ny := y - 1; ny <= y+1; ny++ {
+		for nx := x - 1; nx <= x+1; nx++ {
+			k := [2]int{ny, nx}
+			if _, ok := s.seen[k]; ok || !bx.contains(ny, nx) || !s.g.Plausible(ny, nx) {
+				continue
+			}
+			todo = append(todo, k)
+		}
+	}
+	for len(todo) > 0 {
+		n := min(len(todo), maxBatch)
+		v := s.nccBatch(todo[:n])
+		for i, k := range todo[:n] {
+			s.seen[k] = v[i]
+		}
+		todo = todo[n:]
+	}
 }
 
 // climb moves from (y, x), whose score is v, to the best of its 8 neighbours
@@ -182,6 +243,7 @@ func (s *scorer) ncc(dy, dx int) float64 {
 // plausible translations. Ties keep the current position, so it terminates.
 func (s *scorer) climb(y, x int, v float64, bx *box) (int, int, float64) {
 	for range MaxClimb {
+		s.prefetch(y, x, bx)
 		by, bxx, bv := y, x, v
 		for ny := y - 1; ny <= y+1; ny++ {
 			for nx := x - 1; nx <= x+1; nx++ {
@@ -208,6 +270,7 @@ func (s *scorer) climb(y, x int, v float64, bx *box) (int, int, float64) {
 // neighbourhood, or the fit is not a maximum; offsets are clamped to ±0.5 px
 // (beyond that a neighbouring integer would have scored higher).
 func (s *scorer) subpixel(y, x int) (float64, float64) {
+	s.prefetch(y, x, nil)
 	var f [3][3]float64
 	for i := -1; i <= 1; i++ {
 		for j := -1; j <= 1; j++ {

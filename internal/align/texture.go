@@ -1,8 +1,6 @@
 package align
 
 import (
-	"math"
-
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 )
 
@@ -36,6 +34,10 @@ const TextureMin = 0.3
 // TextureNCC to tell an overlap with matching texture from one that merely
 // has such a gradient; on a textureless overlap it is noise, near 0. It is
 // 0 when the overlap is narrower than 2·TextureRadius+1 px.
+//
+// Both sides are filtered a row at a time (boxFilter) and the five sums of
+// the correlation (as NCC, float64) accumulated as the rows come, so a call
+// needs a few rows of memory, not the filtered overlap.
 func TextureNCC(a, b *raster.Float32, dy, dx int) float64 {
 	if a.W != b.W || a.H != b.H {
 		panic("align: TextureNCC of tiles of different sizes")
@@ -48,51 +50,118 @@ func TextureNCC(a, b *raster.Float32, dy, dx int) float64 {
 		return 0
 	}
 	oh, ow := y1-y0, x1-x0
-	ha := highPass(a, y0, x0, oh, ow, k)
-	hb := highPass(b, y0-dy, x0-dx, oh, ow, k)
+	var fa, fb boxFilter
+	fa.init(a, y0, x0, oh, ow, k)
+	fb.init(b, y0-dy, x0-dx, oh, ow, k)
 	var sa, sb, saa, sbb, sab float64
-	for i, va := range ha {
-		vb := hb[i]
-		sa += va
-		sb += vb
-		saa += va * va
-		sbb += vb * vb
-		sab += va * vb
+	for range oh - 2*k {
+		ra, rb := fa.next(), fb.next()
+		rb = rb[:len(ra)]
+		// Two interleaved accumulator sets shorten the dependency chains.
+		var s0a, s0b, s0aa, s0bb, s0ab float64
+		var s1a, s1b, s1aa, s1bb, s1ab float64
+		i := 0
+		for ; i+1 < len(ra); i += 2 {
+			va, vb := ra[i], rb[i]
+			s0a += va
+			s0b += vb
+			s0aa += va * va
+			s0bb += vb * vb
+			s0ab += va * vb
+			va, vb = ra[i+1], rb[i+1]
+			s1a += va
+			s1b += vb
+			s1aa += va * va
+			s1bb += vb * vb
+			s1ab += va * vb
+		}
+		if i < len(ra) {
+			va, vb := ra[i], rb[i]
+			s0a += va
+			s0b += vb
+			s0aa += va * va
+			s0bb += vb * vb
+			s0ab += va * vb
+		}
+		sa += s0a + s1a
+		sb += s0b + s1b
+		saa += s0aa + s1aa
+		sbb += s0bb + s1bb
+		sab += s0ab + s1ab
 	}
-	n := float64(len(ha))
-	va := saa - sa*sa/n
-	vb := sbb - sb*sb/n
-	if !(va > 0) || !(vb > 0) {
-		return 0
-	}
-	return max(-1, min(1, (sab-sa*sb/n)/math.Sqrt(va*vb)))
+	return NCCFromSums(sa, sb, saa, sbb, sab, float64((oh-2*k)*(ow-2*k)))
 }
 
-// highPass returns, for the (h, w) region of t at (y0, x0), the interior
-// pixels (h-2k, w-2k) minus the mean of the (2k+1)² box around each, which
-// lies inside the region; row-major, from an integral image. It needs
-// h, w > 2k.
-func highPass(t *raster.Float32, y0, x0, h, w, k int) []float64 {
-	s := make([]float64, (h+1)*(w+1)) // s[i][j] = sum of region[:i, :j]
-	for i := range h {
-		row := t.Pix[(y0+i)*t.W+x0:][:w]
-		var acc float64
+// boxFilter is TextureNCC's high-pass filter of one side: for the (h, w)
+// region of a tile at (y0, x0), it yields for the interior pixels (h-2k
+// rows of w-2k) the pixel minus the mean of the (2k+1)² box around it,
+// which lies inside the region, times (2k+1)²: (2k+1)²·v minus the box sum.
+// The factor leaves the correlation unchanged and saves a division and its
+// rounding. It yields one row at a time (next) and needs h, w > 2k.
+//
+// It keeps the box's column sums over the 2k+1 rows around the current row
+// and slides them down a row at a time (add the row entering, subtract the
+// row leaving), then slides the box sum along the row the same way. The
+// sums are float64 of float32 pixels: exact, and so are the outputs, while
+// the pixel values of a box span fewer than about 2^28 in magnitude (image
+// data); otherwise off by a few float64 roundings per row and column slid
+// (relative 1e-13 for 2000-px tiles), far below float32 resolution.
+type boxFilter struct {
+	t      *raster.Float32
+	y0, x0 int
+	h, w   int
+	k      int
+	i      int       // next output row
+	col    []float64 // col[j]: sum of column x0+j over rows y0+i .. y0+i+2k
+	out    []float64 // the row last returned
+}
+
+// init sets f up for the (h, w) region of t at (y0, x0) and box radius k.
+func (f *boxFilter) init(t *raster.Float32, y0, x0, h, w, k int) {
+	if h <= 2*k || w <= 2*k || y0 < 0 || x0 < 0 || y0+h > t.H || x0+w > t.W {
+		panic("align: box filter region outside the tile or too small")
+	}
+	*f = boxFilter{t: t, y0: y0, x0: x0, h: h, w: w, k: k}
+	buf := make([]float64, 2*w-2*k)
+	f.col, f.out = buf[:w], buf[w:]
+	for r := range 2*k + 1 {
+		row := t.Pix[(y0+r)*t.W+x0:][:w]
 		for j, v := range row {
-			acc += float64(v)
-			s[(i+1)*(w+1)+j+1] = s[i*(w+1)+j+1] + acc
+			f.col[j] += float64(v)
 		}
 	}
-	ih, iw := h-2*k, w-2*k
-	out := make([]float64, ih*iw)
+}
+
+// next returns the next row of filtered values (w-2k of them), valid until
+// the following call. It panics after the last row (h-2k in all).
+func (f *boxFilter) next() []float64 {
+	k, t := f.k, f.t
+	if f.i >= f.h-2*k {
+		panic("align: box filter read past its last row")
+	}
+	col := f.col
+	if f.i > 0 {
+		// slide the column sums down: row y0+i+2k enters, y0+i-1 leaves
+		in := t.Pix[(f.y0+f.i+2*k)*t.W+f.x0:][:len(col)]
+		out := t.Pix[(f.y0+f.i-1)*t.W+f.x0:][:len(col)]
+		for j := range col {
+			col[j] += float64(in[j]) - float64(out[j])
+		}
+	}
+	centre := t.Pix[(f.y0+f.i+k)*t.W+f.x0+k:][:len(f.out)]
 	area := float64((2*k + 1) * (2*k + 1))
-	for i := range ih {
-		row := t.Pix[(y0+k+i)*t.W+x0+k:][:iw]
-		i0, i1 := i, i+2*k+1
-		for j, v := range row {
-			j0, j1 := j, j+2*k+1
-			sum := s[i1*(w+1)+j1] - s[i0*(w+1)+j1] - s[i1*(w+1)+j0] + s[i0*(w+1)+j0]
-			out[i*iw+j] = float64(v) - sum/area
-		}
+	var s float64
+	for _, v := range col[:2*k+1] {
+		s += v
 	}
-	return out
+	res := f.out
+	res[0] = area*float64(centre[0]) - s
+	enter := col[2*k+1:][:len(res)-1]
+	leave := col[:len(enter)]
+	for j := range enter {
+		s += enter[j] - leave[j]
+		res[j+1] = area*float64(centre[j+1]) - s
+	}
+	f.i++
+	return res
 }

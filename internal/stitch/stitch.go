@@ -171,6 +171,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		stage.Abort()
 	}()
+	// The first planes are read while the reference plane is fitted and
+	// the tiles aligned, within what the alignment leaves of the plan.
+	rd := r.startReader(ctx)
+	defer rd.stop()
 	if err := r.alignReference(ctx, stage.Path); err != nil {
 		return nil, err
 	}
@@ -178,13 +182,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	rd.slots.setLimit(mp.Planes)
 	r.w = newWriter(mp.Writes)
 	if o.Sink != nil {
 		if err := o.Sink.Begin(ctx, stage.Path, r.geom.MosaicH, r.geom.MosaicW, r.cyc.Z); err != nil {
 			return nil, err
 		}
 	}
-	inMem, err := r.pipeline(ctx, mp, stage.Path, start)
+	inMem, err := r.pipeline(ctx, mp, rd, stage.Path, start)
 	if err != nil {
 		return nil, err
 	}
@@ -431,7 +436,7 @@ type planeData struct {
 // the plane is blended, so raw tiles never exceed the plan.
 type reader struct {
 	ready    chan planeData
-	slots    chan struct{}
+	slots    *slots
 	cancel   context.CancelFunc
 	finished chan struct{}
 	secs     float64      // reading time; read after stop
@@ -439,19 +444,27 @@ type reader struct {
 	maxInMem atomic.Int64
 }
 
-// startReader starts reading planes on workers goroutines per plane, each
-// into tiles from engine (raster.NewPlane: on the GPU page-locked memory,
-// sent to the card without a staging copy; given back with raster.FreePlanes).
-func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots, workers int, engine any) *reader {
-	rd := &reader{ready: make(chan planeData, len(planes)), slots: make(chan struct{}, slots), finished: make(chan struct{})}
+// startReader starts reading the cycle's planes in the stage's order
+// (channels in order, z ascending), each on r.workers goroutines into
+// tiles from the engine (raster.NewPlane: on the GPU page-locked memory,
+// sent to the card without a staging copy; given back with
+// raster.FreePlanes). It starts before the alignment with earlyPlanes
+// slots; planPipeline's plan sets the limit (slots.setLimit).
+func (r *cycleRun) startReader(ctx context.Context) *reader {
+	cyc, engine, workers := r.cyc, r.o.Engine, r.workers
+	var planes []plane
+	for _, ch := range cyc.Channels {
+		for _, z := range cyc.Z {
+			planes = append(planes, plane{ch, z})
+		}
+	}
+	rd := &reader{ready: make(chan planeData, len(planes)), slots: newSlots(r.earlyPlanes()), finished: make(chan struct{})}
 	readCtx, cancel := context.WithCancel(ctx)
 	rd.cancel = cancel
 	go func() {
 		defer close(rd.finished)
 		for _, pl := range planes {
-			select {
-			case rd.slots <- struct{}{}:
-			case <-readCtx.Done():
+			if rd.slots.acquire(readCtx) != nil {
 				return
 			}
 			if n := rd.inMem.Add(1); n > rd.maxInMem.Load() {
@@ -482,6 +495,65 @@ func startReader(ctx context.Context, cyc *dataset.Cycle, planes []plane, slots,
 	return rd
 }
 
+// earlyPlanes is how many planes may be read during the alignment: what
+// the plan at the nominal mosaic size (newCycleRun) leaves beside the
+// alignment's own heap (memModel.alignLive), at most one batch and the
+// plan's planes; at least 0. Read errors of these planes surface in their
+// turn, after the alignment, as any plane's.
+func (r *cycleRun) earlyPlanes() int {
+	mm := r.mm
+	p, err := mm.choose(min(r.batch, r.nPlanes))
+	if err != nil {
+		return 0
+	}
+	room := int((mm.live(p) - mm.alignLive()) / max(1, mm.raw))
+	return max(0, min(room, p.Batch, p.Planes))
+}
+
+// slots bounds the planes the reader holds: acquire blocks while held
+// reaches the limit, which the plan may change while the reader runs.
+type slots struct {
+	mu          sync.Mutex
+	held, limit int
+	wake        chan struct{} // closed and replaced on every change
+}
+
+func newSlots(limit int) *slots { return &slots{limit: limit, wake: make(chan struct{})} }
+
+// acquire takes a slot, waiting for one; ctx's error when it ends first.
+func (s *slots) acquire(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.held < s.limit {
+			s.held++
+			s.mu.Unlock()
+			return nil
+		}
+		w := s.wake
+		s.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives a slot back.
+func (s *slots) release() { s.change(func() { s.held-- }) }
+
+// setLimit sets the most slots held at once (planes already held above
+// it stay until they are done).
+func (s *slots) setLimit(n int) { s.change(func() { s.limit = n }) }
+
+func (s *slots) change(f func()) {
+	s.mu.Lock()
+	f()
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.mu.Unlock()
+}
+
 // next returns the next plane read, in order.
 func (rd *reader) next(ctx context.Context) (planeData, error) {
 	select {
@@ -495,7 +567,7 @@ func (rd *reader) next(ctx context.Context) (planeData, error) {
 // done gives a blended plane's slot back.
 func (rd *reader) done() {
 	rd.inMem.Add(-1)
-	<-rd.slots
+	rd.slots.release()
 }
 
 // stop stops the reader and waits for it to end.
@@ -504,23 +576,15 @@ func (rd *reader) stop() {
 	<-rd.finished
 }
 
-// pipeline runs every plane of the cycle under mp: read ahead, fitted in
-// batches (the reference plane keeps its profile), corrected and blended,
-// and written behind into dir. It returns the most planes of raw tiles
-// held at once.
-func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, dir string, start time.Time) (int, error) {
-	var planes []plane
-	for _, ch := range r.cyc.Channels {
-		for _, z := range r.cyc.Z {
-			planes = append(planes, plane{ch, z})
-		}
-	}
-	rd := startReader(ctx, r.cyc, planes, mp.Planes, r.workers, r.o.Engine)
-	// rd.secs is read after the reader is done.
-	defer rd.stop()
+// pipeline runs every plane of the cycle under mp, from reader rd: read
+// ahead, fitted in batches (the reference plane keeps its profile),
+// corrected and blended, and written behind into dir. It returns the most
+// planes of raw tiles held at once.
+func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, rd *reader, dir string, start time.Time) (int, error) {
+	total := r.nPlanes
 	done := 0
-	for lo := 0; lo < len(planes); lo += mp.Batch {
-		n := min(mp.Batch, len(planes)-lo)
+	for lo := 0; lo < total; lo += mp.Batch {
+		n := min(mp.Batch, total-lo)
 		b := make([]planeData, 0, n)
 		for range n {
 			d, err := rd.next(ctx)
@@ -529,10 +593,10 @@ func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, dir string, start t
 			}
 			b = append(b, d)
 		}
-		if err := r.batchPlanes(ctx, b, rd, dir, &done, len(planes)); err != nil {
+		if err := r.batchPlanes(ctx, b, rd, dir, &done, total); err != nil {
 			return 0, err
 		}
-		r.lg.Info("progress", "cycle", r.o.Cycle, "planes", fmt.Sprintf("%d/%d", done, len(planes)), "elapsed_s", fmt.Sprintf("%.1f", since(start)))
+		r.lg.Info("progress", "cycle", r.o.Cycle, "planes", fmt.Sprintf("%d/%d", done, total), "elapsed_s", fmt.Sprintf("%.1f", since(start)))
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -160,7 +161,13 @@ func OpenFrom[E Engine](o Opts, dev cliutil.Device, cpu func() E, onGPU func(*gp
 			_ = e.Close()
 			return none, nil, err
 		}
-		return eng, func() error { o.logDevice(e); return e.Close() }, nil
+		return eng, func() error {
+			o.logDevice(e)
+			t0 := time.Now()
+			err := e.Close()
+			o.Logger.Info("engine closed", "seconds", fmt.Sprintf("%.2f", time.Since(t0).Seconds()))
+			return err
+		}, nil
 	})
 }
 
