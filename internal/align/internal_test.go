@@ -135,20 +135,7 @@ func naiveNCC(a, b *raster.Float32, dy, dx int) float64 {
 			}
 		}
 	}
-	var ma, mb float64
-	for i := range va {
-		ma += va[i]
-		mb += vb[i]
-	}
-	ma /= float64(len(va))
-	mb /= float64(len(vb))
-	var sab, saa, sbb float64
-	for i := range va {
-		sab += (va[i] - ma) * (vb[i] - mb)
-		saa += (va[i] - ma) * (va[i] - ma)
-		sbb += (vb[i] - mb) * (vb[i] - mb)
-	}
-	return sab / math.Sqrt(saa*sbb)
+	return refPearson(va, vb)
 }
 
 func TestNCC(t *testing.T) {

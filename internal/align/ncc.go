@@ -45,41 +45,48 @@ func overlapSums(a, b *raster.Float32, r rect, dy, dx int) (sa, sb, saa, sbb, sa
 	for y := r.y0; y < r.y1; y++ {
 		ra := a.Pix[y*w+r.x0 : y*w+r.x1]
 		ob := (y-dy)*w - dx
-		rb := b.Pix[ob+r.x0 : ob+r.x1]
-		rb = rb[:len(ra)]
-		// Two interleaved accumulator sets shorten the dependency chains.
-		var s0a, s0b, s0aa, s0bb, s0ab float64
-		var s1a, s1b, s1aa, s1bb, s1ab float64
-		i := 0
-		for ; i+1 < len(ra); i += 2 {
-			va, vb := float64(ra[i]), float64(rb[i])
-			s0a += va
-			s0b += vb
-			s0aa += va * va
-			s0bb += vb * vb
-			s0ab += va * vb
-			va, vb = float64(ra[i+1]), float64(rb[i+1])
-			s1a += va
-			s1b += vb
-			s1aa += va * va
-			s1bb += vb * vb
-			s1ab += va * vb
-		}
-		if i < len(ra) {
-			va, vb := float64(ra[i]), float64(rb[i])
-			s0a += va
-			s0b += vb
-			s0aa += va * va
-			s0bb += vb * vb
-			s0ab += va * vb
-		}
-		sa += s0a + s1a
-		sb += s0b + s1b
-		saa += s0aa + s1aa
-		sbb += s0bb + s1bb
-		sab += s0ab + s1ab
+		rs := rowSums(ra, b.Pix[ob+r.x0:ob+r.x1])
+		sa += rs[0]
+		sb += rs[1]
+		saa += rs[2]
+		sbb += rs[3]
+		sab += rs[4]
 	}
 	return sa, sb, saa, sbb, sab
+}
+
+// rowSums returns NCC's five sums (Σa, Σb, Σa², Σb², Σab) of one row pair
+// in float64: the pixels alternate between two sets of accumulators (even
+// and odd i, shortening the dependency chains), added at the end. It is
+// the row step of overlapSums and TextureNCC.
+func rowSums[T float32 | float64](ra, rb []T) [5]float64 {
+	rb = rb[:len(ra)]
+	var s0a, s0b, s0aa, s0bb, s0ab float64
+	var s1a, s1b, s1aa, s1bb, s1ab float64
+	i := 0
+	for ; i+1 < len(ra); i += 2 {
+		va, vb := float64(ra[i]), float64(rb[i])
+		s0a += va
+		s0b += vb
+		s0aa += va * va
+		s0bb += vb * vb
+		s0ab += va * vb
+		va, vb = float64(ra[i+1]), float64(rb[i+1])
+		s1a += va
+		s1b += vb
+		s1aa += va * va
+		s1bb += vb * vb
+		s1ab += va * vb
+	}
+	if i < len(ra) {
+		va, vb := float64(ra[i]), float64(rb[i])
+		s0a += va
+		s0b += vb
+		s0aa += va * va
+		s0bb += vb * vb
+		s0ab += va * vb
+	}
+	return [5]float64{s0a + s1a, s0b + s1b, s0aa + s1aa, s0bb + s1bb, s0ab + s1ab}
 }
 
 // NCCFromSums is NCC's final step from float64 sums over an overlap of n

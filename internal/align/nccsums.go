@@ -256,15 +256,16 @@ func rowDot(a, b *raster.Float32, y, x0, x1 int, d [2]int) float64 {
 
 // rowDots adds, for each row rbs[k] (as long as ra), the products
 // ra[i]·rbs[k][i] of even i to acc[k][0] and of odd i to acc[k][1], in
-// increasing i, in float64.
+// increasing i, in float64. Two or three rows run dot4 with the last row
+// repeated; the extra accumulators are scratch, never read.
 func rowDots(ra []float32, rbs [][]float32, acc *[maxBatch][2]float64) {
 	switch len(rbs) {
 	case 1:
 		acc[0][0], acc[0][1] = dot1(ra, rbs[0], acc[0][0], acc[0][1])
 	case 2:
-		dot2(ra, rbs[0], rbs[1], acc)
+		dot4(ra, rbs[0], rbs[1], rbs[1], rbs[1], acc)
 	case 3:
-		dot3(ra, rbs[0], rbs[1], rbs[2], acc)
+		dot4(ra, rbs[0], rbs[1], rbs[2], rbs[2], acc)
 	case 4:
 		dot4(ra, rbs[0], rbs[1], rbs[2], rbs[3], acc)
 	default:
@@ -272,8 +273,8 @@ func rowDots(ra []float32, rbs [][]float32, acc *[maxBatch][2]float64) {
 	}
 }
 
-// dot1 .. dot4 are rowDots for one to four rows, with the accumulators in
-// registers.
+// dot1 and dot4 are rowDots for one and four rows, with the accumulators
+// in registers.
 func dot1(a, b []float32, s0, s1 float64) (float64, float64) {
 	b = b[:len(a)]
 	i := 0
@@ -285,47 +286,6 @@ func dot1(a, b []float32, s0, s1 float64) (float64, float64) {
 		s0 += float64(a[i]) * float64(b[i])
 	}
 	return s0, s1
-}
-
-func dot2(a, b0, b1 []float32, acc *[maxBatch][2]float64) {
-	b0, b1 = b0[:len(a)], b1[:len(a)]
-	s00, s01, s10, s11 := acc[0][0], acc[0][1], acc[1][0], acc[1][1]
-	i := 0
-	for ; i+1 < len(a); i += 2 {
-		v0, v1 := float64(a[i]), float64(a[i+1])
-		s00 += v0 * float64(b0[i])
-		s10 += v0 * float64(b1[i])
-		s01 += v1 * float64(b0[i+1])
-		s11 += v1 * float64(b1[i+1])
-	}
-	if i < len(a) {
-		v := float64(a[i])
-		s00 += v * float64(b0[i])
-		s10 += v * float64(b1[i])
-	}
-	acc[0][0], acc[0][1], acc[1][0], acc[1][1] = s00, s01, s10, s11
-}
-
-func dot3(a, b0, b1, b2 []float32, acc *[maxBatch][2]float64) {
-	b0, b1, b2 = b0[:len(a)], b1[:len(a)], b2[:len(a)]
-	s00, s01, s10, s11, s20, s21 := acc[0][0], acc[0][1], acc[1][0], acc[1][1], acc[2][0], acc[2][1]
-	i := 0
-	for ; i+1 < len(a); i += 2 {
-		v0, v1 := float64(a[i]), float64(a[i+1])
-		s00 += v0 * float64(b0[i])
-		s10 += v0 * float64(b1[i])
-		s20 += v0 * float64(b2[i])
-		s01 += v1 * float64(b0[i+1])
-		s11 += v1 * float64(b1[i+1])
-		s21 += v1 * float64(b2[i+1])
-	}
-	if i < len(a) {
-		v := float64(a[i])
-		s00 += v * float64(b0[i])
-		s10 += v * float64(b1[i])
-		s20 += v * float64(b2[i])
-	}
-	acc[0][0], acc[0][1], acc[1][0], acc[1][1], acc[2][0], acc[2][1] = s00, s01, s10, s11, s20, s21
 }
 
 func dot4(a, b0, b1, b2, b3 []float32, acc *[maxBatch][2]float64) {

@@ -56,38 +56,12 @@ func TextureNCC(a, b *raster.Float32, dy, dx int) float64 {
 	var sa, sb, saa, sbb, sab float64
 	for range oh - 2*k {
 		ra, rb := fa.next(), fb.next()
-		rb = rb[:len(ra)]
-		// Two interleaved accumulator sets shorten the dependency chains.
-		var s0a, s0b, s0aa, s0bb, s0ab float64
-		var s1a, s1b, s1aa, s1bb, s1ab float64
-		i := 0
-		for ; i+1 < len(ra); i += 2 {
-			va, vb := ra[i], rb[i]
-			s0a += va
-			s0b += vb
-			s0aa += va * va
-			s0bb += vb * vb
-			s0ab += va * vb
-			va, vb = ra[i+1], rb[i+1]
-			s1a += va
-			s1b += vb
-			s1aa += va * va
-			s1bb += vb * vb
-			s1ab += va * vb
-		}
-		if i < len(ra) {
-			va, vb := ra[i], rb[i]
-			s0a += va
-			s0b += vb
-			s0aa += va * va
-			s0bb += vb * vb
-			s0ab += va * vb
-		}
-		sa += s0a + s1a
-		sb += s0b + s1b
-		saa += s0aa + s1aa
-		sbb += s0bb + s1bb
-		sab += s0ab + s1ab
+		rs := rowSums(ra, rb)
+		sa += rs[0]
+		sb += rs[1]
+		saa += rs[2]
+		sbb += rs[3]
+		sab += rs[4]
 	}
 	return NCCFromSums(sa, sb, saa, sbb, sab, float64((oh-2*k)*(ow-2*k)))
 }

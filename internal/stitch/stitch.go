@@ -224,6 +224,7 @@ type cycleRun struct {
 	geom     geometry
 	resident int64 // resident set with the engine open, bytes
 	mm       memModel
+	nominal  memPlan // the plan at the nominal mosaic size (before the alignment)
 	bp       basic.Params
 
 	ref     plane           // the reference plane (fitted first, aligned on)
@@ -273,7 +274,7 @@ func newCycleRun(ctx context.Context, o Options) (*cycleRun, error) {
 	r.geom.MosaicH, r.geom.MosaicW = nominalMosaic(cyc.Rows, cyc.H, cfg), nominalMosaic(cyc.Cols, cyc.W, cfg)
 	r.resident = membudget.RSS() // the engine is open: its context and libraries are in
 	r.mm = r.memModel()
-	if _, err := r.mm.choose(min(r.batch, r.nPlanes)); err != nil {
+	if r.nominal, err = r.mm.choose(min(r.batch, r.nPlanes)); err != nil {
 		return nil, err
 	}
 	// Reference plane: first channel (DAPI) at the middle z-plane, 1-based
@@ -496,16 +497,12 @@ func (r *cycleRun) startReader(ctx context.Context) *reader {
 }
 
 // earlyPlanes is how many planes may be read during the alignment: what
-// the plan at the nominal mosaic size (newCycleRun) leaves beside the
+// the plan at the nominal mosaic size (r.nominal) leaves beside the
 // alignment's own heap (memModel.alignLive), at most one batch and the
 // plan's planes; at least 0. Read errors of these planes surface in their
 // turn, after the alignment, as any plane's.
 func (r *cycleRun) earlyPlanes() int {
-	mm := r.mm
-	p, err := mm.choose(min(r.batch, r.nPlanes))
-	if err != nil {
-		return 0
-	}
+	mm, p := r.mm, r.nominal
 	room := int((mm.live(p) - mm.alignLive()) / max(1, mm.raw))
 	return max(0, min(room, p.Batch, p.Planes))
 }
