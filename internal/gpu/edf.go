@@ -147,9 +147,9 @@ func (e *Engine) edfGateDev(stack cu.DevicePtr, f32 bool, n, h, w int) []edf.Sli
 func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h, w int, used []int, p edf.Params, out, outIdx cu.DevicePtr) error {
 	plane := int64(w) * int64(h)
 	elem := int64(2)
-	gy, gather := e.launchEdfGaussYU16, e.launchEdfGatherU16
+	gather := e.launchEdfGatherU16
 	if f32 {
-		elem, gy, gather = 4, e.launchEdfGaussYF32, e.launchEdfGatherF32
+		elem, gather = 4, e.launchEdfGatherF32
 	}
 	wg := edf.GaussWeights(p.Sigma)
 	dw := e.alloc(int64(len(wg)) * 8)
@@ -165,15 +165,14 @@ func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h
 		u32[i] = int32(v)
 	}
 	put(e, dused, u32)
-	g2 := dim{gx: (w + 31) / 32, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1}
 	for k, z := range used {
 		if err := checkCtx(ctx); err != nil {
 			return err
 		}
 		src := stack + cu.DevicePtr(int64(z)*plane*elem)
-		gy(g2, tmp, src, h, w, dw, len(wg)-1)
-		e.launchEdfGaussX(g2, s, tmp, h, w, dw, len(wg)-1)
-		e.launchEdfVarArgmax(g2, best, idx, s, h, w, p.RadiusY, p.RadiusX, k)
+		e.edfGaussY(f32, tmp, src, h, w, dw, len(wg)-1)
+		e.edfGaussX(s, tmp, h, w, dw, len(wg)-1)
+		e.edfVarArgmax(best, idx, s, h, w, p.RadiusY, p.RadiusX, k)
 	}
 	f := cu.DevicePtr(0)
 	if p.ZSmoothSigma > 0 {
@@ -181,12 +180,74 @@ func (e *Engine) edfFuseDev(ctx context.Context, stack cu.DevicePtr, f32 bool, h
 		dz := e.alloc(int64(len(zw)) * 8)
 		defer e.release(dz)
 		put(e, dz, zw)
-		e.launchEdfGaussYU16(g2, tmp, idx, h, w, dz, len(zw)-1)
-		e.launchEdfGaussX(g2, s, tmp, h, w, dz, len(zw)-1)
+		e.edfGaussY(false, tmp, idx, h, w, dz, len(zw)-1)
+		e.edfGaussX(s, tmp, h, w, dz, len(zw)-1)
 		f = s
 	}
 	gather(grid1(plane), out, outIdx, f, idx, stack, dused, len(used), plane)
 	return nil
+}
+
+// edfTiles chooses the tiled forms of the variance method's passes
+// (kernels/edf.cu: each value converted to float64 once per block, in
+// shared memory) wherever their tile fits edfTileShmem; false: the
+// untiled forms everywhere (the tests compare the two).
+var edfTiles = true
+
+// edfTileShmem is the most dynamic shared memory a tiled pass takes
+// (bytes): the default limit of a block, which needs no opt-in.
+const edfTileShmem = 48 << 10
+
+// The tiled passes' tile sizes (kernels/edf.cu EDF_TY, EDF_TX, EDF_VT).
+const (
+	edfTileRowsY = 64
+	edfTileColsX = 256
+	edfTileVar   = 32
+)
+
+// edfUntiled is the untiled passes' grid: blocks of 32 x 8 px.
+func edfUntiled(h, w int) dim {
+	return dim{gx: (w + 31) / 32, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1}
+}
+
+// edfGaussY is the Gaussian y pass of the h x w plane src (uint16, or
+// float32 when f32) into the float32 plane dst, weights dw (R + 1 float64).
+func (e *Engine) edfGaussY(f32 bool, dst, src cu.DevicePtr, h, w int, dw cu.DevicePtr, R int) {
+	if sh := 8 * (R + 1 + (edfTileRowsY+2*R)*32); edfTiles && sh <= edfTileShmem {
+		d := dim{gx: (w + 31) / 32, gy: (h + edfTileRowsY - 1) / edfTileRowsY, gz: 1, bx: 32, by: 8, bz: 1, shmem: sh}
+		if f32 {
+			e.launchEdfGaussYTileF32(d, dst, src, h, w, dw, R)
+		} else {
+			e.launchEdfGaussYTileU16(d, dst, src, h, w, dw, R)
+		}
+		return
+	}
+	if f32 {
+		e.launchEdfGaussYF32(edfUntiled(h, w), dst, src, h, w, dw, R)
+	} else {
+		e.launchEdfGaussYU16(edfUntiled(h, w), dst, src, h, w, dw, R)
+	}
+}
+
+// edfGaussX is the Gaussian x pass of the float32 h x w plane src into dst.
+func (e *Engine) edfGaussX(dst, src cu.DevicePtr, h, w int, dw cu.DevicePtr, R int) {
+	if sh := 8 * (R + 1 + 8*(edfTileColsX+2*R)); edfTiles && sh <= edfTileShmem {
+		d := dim{gx: (w + edfTileColsX - 1) / edfTileColsX, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1, shmem: sh}
+		e.launchEdfGaussXTile(d, dst, src, h, w, dw, R)
+		return
+	}
+	e.launchEdfGaussX(edfUntiled(h, w), dst, src, h, w, dw, R)
+}
+
+// edfVarArgmax is the window variance of the float32 h x w plane s (slice
+// k of the used) and the running argmax into best and idx.
+func (e *Engine) edfVarArgmax(best, idx, s cu.DevicePtr, h, w, ry, rx, k int) {
+	if sh := 8 * (edfTileVar + 2*ry) * (edfTileVar + 2*rx); edfTiles && sh <= edfTileShmem {
+		d := dim{gx: (w + edfTileVar - 1) / edfTileVar, gy: (h + edfTileVar - 1) / edfTileVar, gz: 1, bx: 32, by: 8, bz: 1, shmem: sh}
+		e.launchEdfVarArgmaxTile(d, best, idx, s, h, w, ry, rx, k)
+		return
+	}
+	e.launchEdfVarArgmax(edfUntiled(h, w), best, idx, s, h, w, ry, rx, k)
 }
 
 // edfWaveletDev is the wavelet method (edf/wavelet.go) on a device stack:

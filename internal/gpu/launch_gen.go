@@ -26,7 +26,7 @@ var kernelModules = []kernelModule{
 	{"blend", []string{"correct_u16", "quantize_f32", "normalize_u16", "blend_f32", "correct_blend_u16"}},
 	{"decon", []string{"decon_pad", "decon_check", "decon_conv", "decon_conv_k1_z1", "decon_conv_k1_z4", "decon_conv_k3_z1", "decon_conv_k3_z4", "decon_conv_k5_z1", "decon_conv_k5_z4", "decon_conv_k7_z1", "decon_conv_k7_z4", "decon_conv_k9_z1", "decon_conv_k9_z4", "decon_conv_k11_z1", "decon_conv_k11_z4", "decon_conv_k13_z1", "decon_conv_k13_z4", "decon_conv_k15_z1", "decon_conv_k15_z4", "decon_damp", "decon_tv", "decon_free", "decon_box_zero", "decon_predict", "decon_rows", "decon_sums", "decon_hist", "decon_scale", "decon_quantize", "decon_fft_place", "decon_fft_mul", "decon_fft_take"}},
 	{"deflate", []string{"df_count", "df_code"}},
-	{"edf", []string{"edf_gate_u16", "edf_gate_f32", "edf_gauss_y_u16", "edf_gauss_y_f32", "edf_gauss_x", "edf_var_argmax", "edf_gather_u16", "edf_gather_f32", "edf_wl_load_u16", "edf_wl_load_f32", "edf_wl_atrous_y", "edf_wl_atrous_x", "edf_wl_select", "edf_wl_low", "edf_wl_majority", "edf_wl_comp_init", "edf_wl_synth", "edf_wl_out_u16", "edf_wl_map_index", "edf_wl_out_f32"}},
+	{"edf", []string{"edf_gate_u16", "edf_gate_f32", "edf_gauss_y_u16", "edf_gauss_y_f32", "edf_gauss_x", "edf_var_argmax", "edf_gauss_y_tile_u16", "edf_gauss_y_tile_f32", "edf_gauss_x_tile", "edf_var_argmax_tile", "edf_gather_u16", "edf_gather_f32", "edf_wl_load_u16", "edf_wl_load_f32", "edf_wl_atrous_y", "edf_wl_atrous_x", "edf_wl_select", "edf_wl_low", "edf_wl_majority", "edf_wl_comp_init", "edf_wl_synth", "edf_wl_out_u16", "edf_wl_map_index", "edf_wl_out_f32"}},
 	{"planestats", []string{"ps_hist", "ps_lap_moments", "ps_max_u16"}},
 	{"register", []string{"reg_downsample", "reg_warp", "reg_block_sample", "reg_block_window", "reg_cross_power", "reg_pcm_peak"}},
 	{"resize", []string{"resize_y_u16", "resize_y_f32", "resize_y_f64", "resize_x_f64", "resize_x_f32"}},
@@ -574,35 +574,35 @@ func (e *Engine) launchDfCode(d dim, out cu.DevicePtr, pred cu.DevicePtr, lut cu
 	e.launchArgs("df_code", d, uint64(out), uint64(pred), uint64(lut), uint64(at), uint64(int64(ts)), uint64(int64(bpt)), uint64(int64(BB)))
 }
 
-// launchEdfGateU16 launches kernel edf_gate_u16 (kernels/edf.cu:50).
+// launchEdfGateU16 launches kernel edf_gate_u16 (kernels/edf.cu:100).
 //
 //	extern "C" __global__ void edf_gate_u16(unsigned long long* counts, const unsigned short* stack, i64 plane, float sat)
 func (e *Engine) launchEdfGateU16(d dim, counts cu.DevicePtr, stack cu.DevicePtr, plane int64, sat float32) {
 	e.launchArgs("edf_gate_u16", d, uint64(counts), uint64(stack), uint64(plane), uint64(math.Float32bits(sat)))
 }
 
-// launchEdfGateF32 launches kernel edf_gate_f32 (kernels/edf.cu:55).
+// launchEdfGateF32 launches kernel edf_gate_f32 (kernels/edf.cu:105).
 //
 //	extern "C" __global__ void edf_gate_f32(unsigned long long* counts, const float* stack, i64 plane, float sat)
 func (e *Engine) launchEdfGateF32(d dim, counts cu.DevicePtr, stack cu.DevicePtr, plane int64, sat float32) {
 	e.launchArgs("edf_gate_f32", d, uint64(counts), uint64(stack), uint64(plane), uint64(math.Float32bits(sat)))
 }
 
-// launchEdfGaussYU16 launches kernel edf_gauss_y_u16 (kernels/edf.cu:78).
+// launchEdfGaussYU16 launches kernel edf_gauss_y_u16 (kernels/edf.cu:122).
 //
 //	extern "C" __global__ void edf_gauss_y_u16(float* dst, const unsigned short* src, int H, int W, const double* w, int R)
 func (e *Engine) launchEdfGaussYU16(d dim, dst cu.DevicePtr, src cu.DevicePtr, H int, W int, w cu.DevicePtr, R int) {
 	e.launchArgs("edf_gauss_y_u16", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(w), uint64(int64(R)))
 }
 
-// launchEdfGaussYF32 launches kernel edf_gauss_y_f32 (kernels/edf.cu:83).
+// launchEdfGaussYF32 launches kernel edf_gauss_y_f32 (kernels/edf.cu:127).
 //
 //	extern "C" __global__ void edf_gauss_y_f32(float* dst, const float* src, int H, int W, const double* w, int R)
 func (e *Engine) launchEdfGaussYF32(d dim, dst cu.DevicePtr, src cu.DevicePtr, H int, W int, w cu.DevicePtr, R int) {
 	e.launchArgs("edf_gauss_y_f32", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(w), uint64(int64(R)))
 }
 
-// launchEdfGaussX launches kernel edf_gauss_x (kernels/edf.cu:89).
+// launchEdfGaussX launches kernel edf_gauss_x (kernels/edf.cu:133).
 //
 // Gaussian x pass on float32 planes. Grid (ceil(W/32), ceil(H/8)), block (32, 8).
 //
@@ -611,7 +611,7 @@ func (e *Engine) launchEdfGaussX(d dim, dst cu.DevicePtr, src cu.DevicePtr, H in
 	e.launchArgs("edf_gauss_x", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(w), uint64(int64(R)))
 }
 
-// launchEdfVarArgmax launches kernel edf_var_argmax (kernels/edf.cu:110).
+// launchEdfVarArgmax launches kernel edf_var_argmax (kernels/edf.cu:148).
 //
 // Window variance of s at every pixel (edf.WindowVar: centred, float64,
 // row-major window order, reflect) and the running argmax over z: slice k
@@ -623,21 +623,57 @@ func (e *Engine) launchEdfVarArgmax(d dim, best cu.DevicePtr, idx cu.DevicePtr, 
 	e.launchArgs("edf_var_argmax", d, uint64(best), uint64(idx), uint64(s), uint64(int64(H)), uint64(int64(W)), uint64(int64(ry)), uint64(int64(rx)), uint64(int64(k)))
 }
 
-// launchEdfGatherU16 launches kernel edf_gather_u16 (kernels/edf.cu:173).
+// launchEdfGaussYTileU16 launches kernel edf_gauss_y_tile_u16 (kernels/edf.cu:206).
+//
+//	extern "C" __global__ void edf_gauss_y_tile_u16(float* dst, const unsigned short* src, int H, int W, const double* w, int R)
+func (e *Engine) launchEdfGaussYTileU16(d dim, dst cu.DevicePtr, src cu.DevicePtr, H int, W int, w cu.DevicePtr, R int) {
+	e.launchArgs("edf_gauss_y_tile_u16", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(w), uint64(int64(R)))
+}
+
+// launchEdfGaussYTileF32 launches kernel edf_gauss_y_tile_f32 (kernels/edf.cu:211).
+//
+//	extern "C" __global__ void edf_gauss_y_tile_f32(float* dst, const float* src, int H, int W, const double* w, int R)
+func (e *Engine) launchEdfGaussYTileF32(d dim, dst cu.DevicePtr, src cu.DevicePtr, H int, W int, w cu.DevicePtr, R int) {
+	e.launchArgs("edf_gauss_y_tile_f32", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(w), uint64(int64(R)))
+}
+
+// launchEdfGaussXTile launches kernel edf_gauss_x_tile (kernels/edf.cu:219).
+//
+// Tiled Gaussian x pass: block (32, 8) makes 8 rows x EDF_TX columns, each
+// row from EDF_TX + 2R values. Dynamic shared memory: R + 1 weights and
+// 8 x (EDF_TX + 2R) values, float64. Grid (ceil(W/EDF_TX), ceil(H/8)).
+//
+//	extern "C" __global__ void edf_gauss_x_tile(float* __restrict__ dst, const float* __restrict__ src, int H, int W, const double* __restrict__ w, int R)
+func (e *Engine) launchEdfGaussXTile(d dim, dst cu.DevicePtr, src cu.DevicePtr, H int, W int, w cu.DevicePtr, R int) {
+	e.launchArgs("edf_gauss_x_tile", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(w), uint64(int64(R)))
+}
+
+// launchEdfVarArgmaxTile launches kernel edf_var_argmax_tile (kernels/edf.cu:250).
+//
+// Tiled window variance and running argmax (edf_var_argmax): block (32, 8)
+// makes an EDF_VT x EDF_VT tile from (EDF_VT + 2ry) x (EDF_VT + 2rx) values
+// (float64, dynamic shared memory). Grid (ceil(W/EDF_VT), ceil(H/EDF_VT)).
+//
+//	extern "C" __global__ void edf_var_argmax_tile(double* __restrict__ best, unsigned short* __restrict__ idx, const float* __restrict__ s, int H, int W, int ry, int rx, int k)
+func (e *Engine) launchEdfVarArgmaxTile(d dim, best cu.DevicePtr, idx cu.DevicePtr, s cu.DevicePtr, H int, W int, ry int, rx int, k int) {
+	e.launchArgs("edf_var_argmax_tile", d, uint64(best), uint64(idx), uint64(s), uint64(int64(H)), uint64(int64(W)), uint64(int64(ry)), uint64(int64(rx)), uint64(int64(k)))
+}
+
+// launchEdfGatherU16 launches kernel edf_gather_u16 (kernels/edf.cu:303).
 //
 //	extern "C" __global__ void edf_gather_u16(unsigned short* out, unsigned short* outIdx, const float* f, const unsigned short* raw, const unsigned short* stack, const int* used, int n, i64 plane)
 func (e *Engine) launchEdfGatherU16(d dim, out cu.DevicePtr, outIdx cu.DevicePtr, f cu.DevicePtr, raw cu.DevicePtr, stack cu.DevicePtr, used cu.DevicePtr, n int, plane int64) {
 	e.launchArgs("edf_gather_u16", d, uint64(out), uint64(outIdx), uint64(f), uint64(raw), uint64(stack), uint64(used), uint64(int64(n)), uint64(plane))
 }
 
-// launchEdfGatherF32 launches kernel edf_gather_f32 (kernels/edf.cu:179).
+// launchEdfGatherF32 launches kernel edf_gather_f32 (kernels/edf.cu:309).
 //
 //	extern "C" __global__ void edf_gather_f32(float* out, unsigned short* outIdx, const float* f, const unsigned short* raw, const float* stack, const int* used, int n, i64 plane)
 func (e *Engine) launchEdfGatherF32(d dim, out cu.DevicePtr, outIdx cu.DevicePtr, f cu.DevicePtr, raw cu.DevicePtr, stack cu.DevicePtr, used cu.DevicePtr, n int, plane int64) {
 	e.launchArgs("edf_gather_f32", d, uint64(out), uint64(outIdx), uint64(f), uint64(raw), uint64(stack), uint64(used), uint64(int64(n)), uint64(plane))
 }
 
-// launchEdfWlLoadU16 launches kernel edf_wl_load_u16 (kernels/edf.cu:190).
+// launchEdfWlLoadU16 launches kernel edf_wl_load_u16 (kernels/edf.cu:320).
 //
 // Slice to float32. Grid-stride.
 //
@@ -646,14 +682,14 @@ func (e *Engine) launchEdfWlLoadU16(d dim, dst cu.DevicePtr, src cu.DevicePtr, n
 	e.launchArgs("edf_wl_load_u16", d, uint64(dst), uint64(src), uint64(n))
 }
 
-// launchEdfWlLoadF32 launches kernel edf_wl_load_f32 (kernels/edf.cu:196).
+// launchEdfWlLoadF32 launches kernel edf_wl_load_f32 (kernels/edf.cu:326).
 //
 //	extern "C" __global__ void edf_wl_load_f32(float* dst, const float* src, i64 n)
 func (e *Engine) launchEdfWlLoadF32(d dim, dst cu.DevicePtr, src cu.DevicePtr, n int64) {
 	e.launchArgs("edf_wl_load_f32", d, uint64(dst), uint64(src), uint64(n))
 }
 
-// launchEdfWlAtrousY launches kernel edf_wl_atrous_y (kernels/edf.cu:207).
+// launchEdfWlAtrousY launches kernel edf_wl_atrous_y (kernels/edf.cu:337).
 //
 // Dilated B3 filter along y (taps at 0, ±step, ±2 step). Grid (ceil(W/32), ceil(H/8)), block (32, 8).
 //
@@ -662,7 +698,7 @@ func (e *Engine) launchEdfWlAtrousY(d dim, dst cu.DevicePtr, src cu.DevicePtr, H
 	e.launchArgs("edf_wl_atrous_y", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(int64(step)))
 }
 
-// launchEdfWlAtrousX launches kernel edf_wl_atrous_x (kernels/edf.cu:223).
+// launchEdfWlAtrousX launches kernel edf_wl_atrous_x (kernels/edf.cu:353).
 //
 // Dilated B3 filter along x.
 //
@@ -671,7 +707,7 @@ func (e *Engine) launchEdfWlAtrousX(d dim, dst cu.DevicePtr, src cu.DevicePtr, H
 	e.launchArgs("edf_wl_atrous_x", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)), uint64(int64(step)))
 }
 
-// launchEdfWlSelect launches kernel edf_wl_select (kernels/edf.cu:239).
+// launchEdfWlSelect launches kernel edf_wl_select (kernels/edf.cu:369).
 //
 // Level update for slice k: d = prev - next; the level's best |d| and
 // selection (slice 0 initialises); the detail energy sum over levels
@@ -682,7 +718,7 @@ func (e *Engine) launchEdfWlSelect(d dim, bestAbs cu.DevicePtr, sel cu.DevicePtr
 	e.launchArgs("edf_wl_select", d, uint64(bestAbs), uint64(sel), uint64(energy), uint64(prev), uint64(next), uint64(n), uint64(int64(k)), uint64(int64(level)))
 }
 
-// launchEdfWlLow launches kernel edf_wl_low (kernels/edf.cu:256).
+// launchEdfWlLow launches kernel edf_wl_low (kernels/edf.cu:386).
 //
 // After slice k's transform: residual sum and the energy argmax.
 //
@@ -691,7 +727,7 @@ func (e *Engine) launchEdfWlLow(d dim, low cu.DevicePtr, bestE cu.DevicePtr, hei
 	e.launchArgs("edf_wl_low", d, uint64(low), uint64(bestE), uint64(height), uint64(cl), uint64(energy), uint64(n), uint64(int64(k)))
 }
 
-// launchEdfWlMajority launches kernel edf_wl_majority (kernels/edf.cu:273).
+// launchEdfWlMajority launches kernel edf_wl_majority (kernels/edf.cu:403).
 //
 // 5 x 5 mode filter (edf majority: ties keep the centre if it is among the
 // most frequent, else the smallest value), reflect boundary.
@@ -701,7 +737,7 @@ func (e *Engine) launchEdfWlMajority(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("edf_wl_majority", d, uint64(dst), uint64(src), uint64(int64(H)), uint64(int64(W)))
 }
 
-// launchEdfWlCompInit launches kernel edf_wl_comp_init (kernels/edf.cu:311).
+// launchEdfWlCompInit launches kernel edf_wl_comp_init (kernels/edf.cu:441).
 //
 // comp = low * inv (the residuals' z-mean).
 //
@@ -710,7 +746,7 @@ func (e *Engine) launchEdfWlCompInit(d dim, comp cu.DevicePtr, low cu.DevicePtr,
 	e.launchArgs("edf_wl_comp_init", d, uint64(comp), uint64(low), uint64(n), math.Float64bits(inv))
 }
 
-// launchEdfWlSynth launches kernel edf_wl_synth (kernels/edf.cu:318).
+// launchEdfWlSynth launches kernel edf_wl_synth (kernels/edf.cu:448).
 //
 // Synthesis for slice k at one level: add the detail where it was selected.
 //
@@ -719,7 +755,7 @@ func (e *Engine) launchEdfWlSynth(d dim, comp cu.DevicePtr, sel cu.DevicePtr, pr
 	e.launchArgs("edf_wl_synth", d, uint64(comp), uint64(sel), uint64(prev), uint64(next), uint64(n), uint64(int64(k)))
 }
 
-// launchEdfWlOutU16 launches kernel edf_wl_out_u16 (kernels/edf.cu:328).
+// launchEdfWlOutU16 launches kernel edf_wl_out_u16 (kernels/edf.cu:458).
 //
 // Counts: round half away from zero (Go's math.Round), clipped to 0..65535.
 //
@@ -728,7 +764,7 @@ func (e *Engine) launchEdfWlOutU16(d dim, out cu.DevicePtr, comp cu.DevicePtr, n
 	e.launchArgs("edf_wl_out_u16", d, uint64(out), uint64(comp), uint64(n))
 }
 
-// launchEdfWlMapIndex launches kernel edf_wl_map_index (kernels/edf.cu:345).
+// launchEdfWlMapIndex launches kernel edf_wl_map_index (kernels/edf.cu:475).
 //
 // Height map (relative to the used slices) to stack indices.
 //
@@ -737,7 +773,7 @@ func (e *Engine) launchEdfWlMapIndex(d dim, outIdx cu.DevicePtr, rel cu.DevicePt
 	e.launchArgs("edf_wl_map_index", d, uint64(outIdx), uint64(rel), uint64(used), uint64(n))
 }
 
-// launchEdfWlOutF32 launches kernel edf_wl_out_f32 (kernels/edf.cu:352).
+// launchEdfWlOutF32 launches kernel edf_wl_out_f32 (kernels/edf.cu:482).
 //
 // Composite as float32 (device float32 stacks).
 //

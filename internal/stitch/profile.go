@@ -10,6 +10,14 @@ import (
 // DefaultGPUBatch is the number of planes a GPU engine fits at once.
 const DefaultGPUBatch = 8
 
+// DefaultFusedGPUBatch is DefaultGPUBatch of the fused cycle
+// (kintsugi-cycle), whose sink deconvolves a channel once its last plane is
+// blended: smaller batches (at a channel's end: channelBatch) hand that
+// plane over sooner, at the cost of more fits, which run beside the
+// deconvolution (README: 12.7 s instead of 13.8 s per production cycle
+// without intermediates, 13.5 s instead of 14.5 s with them; H200).
+const DefaultFusedGPUBatch = 4
+
 // LoadProfile reads <prefix>_flatfield.tif (mean 1) and <prefix>_darkfield.tif
 // (counts) as written by a run, for tiles of w x h px; the darkfield comes
 // back normalised (/65535). Every value is checked (basic.CheckFlatfield,

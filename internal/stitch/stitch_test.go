@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,4 +132,38 @@ func TestUnwritableOutput(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "output directory") || !strings.Contains(err.Error(), blocker) {
 		t.Fatalf("err = %v, want an error naming the output directory under %s", err, blocker)
 	}
+}
+
+// With a sink the batches end at each channel's end, as few as the batch
+// size allows, of sizes that differ by at most one.
+func TestChannelBatch(t *testing.T) {
+	if got := fmt.Sprint(batchesOf(2, 20, 8)); got != "[7 7 6 7 7 6]" {
+		t.Errorf("2 channels of 20 planes in batches of at most 8: %s, want [7 7 6 7 7 6]", got)
+	}
+	for nz := 1; nz <= 25; nz++ {
+		for batch := 1; batch <= 10; batch++ {
+			b := batchesOf(3, nz, batch)
+			if want := 3 * ((nz + batch - 1) / batch); len(b) != want {
+				t.Fatalf("nz %d batch %d: %d batches %v, want %d", nz, batch, len(b), b, want)
+			}
+			lo, hi := slices.Min(b), slices.Max(b)
+			if hi > batch || lo < 1 || hi-lo > 1 {
+				t.Fatalf("nz %d batch %d: batches %v", nz, batch, b)
+			}
+		}
+	}
+}
+
+// batchesOf is the sizes of the batches of channels x nz planes, each
+// checked to end within its channel.
+func batchesOf(channels, nz, batch int) []int {
+	var b []int
+	for lo, n := 0, 0; lo < channels*nz; lo += n {
+		n = channelBatch(lo, nz, batch)
+		if lo/nz != (lo+n-1)/nz {
+			panic(fmt.Sprintf("batch %d+%d crosses a channel of %d planes", lo, n, nz))
+		}
+		b = append(b, n)
+	}
+	return b
 }

@@ -51,7 +51,7 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Required: true, Usage: "pipeline config.yaml"},
 			&cli.IntFlag{Name: "cycle", Required: true, Usage: "cycle number"},
-		}, stagecli.Flags(&cli.IntFlag{Name: "batch", Usage: "planes fitted together (0: the stitch stage's default for the device)"})...),
+		}, stagecli.Flags(&cli.IntFlag{Name: "batch", Usage: "planes fitted together (0: 4 on the GPU, the CPU's workers on the CPU)"})...),
 		Action: func(c *cli.Context) error {
 			o, err := stagecli.Setup(c, true)
 			if err != nil {
@@ -105,7 +105,7 @@ func runCommand(ctx context.Context, o stagecli.Opts, configPath string, cycle, 
 	}
 	defer o.Release(release, &err)
 	if dev == cliutil.DeviceGPU && batch == 0 {
-		batch = stitch.DefaultGPUBatch
+		batch = stitch.DefaultFusedGPUBatch
 	}
 	lock := func(ctx context.Context, stage string) (context.Context, error) {
 		return cliutil.LockContext(ctx, cliutil.LockJob{Config: cfg, Stage: stage, Cycle: cycle, Device: dev}, nil, o.Logger)

@@ -25,6 +25,56 @@ __device__ __forceinline__ int edf_reflect(int i, int n)
 __device__ __forceinline__ double edf_val(unsigned short v) { return (double)v; }
 __device__ __forceinline__ double edf_val(float v) { return (double)v; }
 
+// One output of a symmetric Gaussian pass (scipy correlate1d's order):
+// v(0)·w[0], then + (v(-j) + v(j))·w[j] for j = R..1; v(j) is the source
+// value j taps away, as float64.
+template <typename V>
+__device__ __forceinline__ double edf_taps(V v, const double* __restrict__ w, int R)
+{
+    double acc = v(0) * w[0];
+    for (int j = R; j >= 1; j--) {
+        double a = v(-j);
+        double b = v(j);
+        acc = acc + (a + b) * w[j];
+    }
+    return acc;
+}
+
+// Centred variance of a (2ry+1) x (2rx+1) window (edf.WindowVar: mean
+// first, then the squared deviations, row-major); v(dy, dx) is the value at
+// window row dy and column dx, both from 0, as float64.
+template <typename V>
+__device__ __forceinline__ double edf_window_var(V v, int ry, int rx)
+{
+    double n = (double)((2 * ry + 1) * (2 * rx + 1));
+    double sum = 0.0;
+    for (int dy = 0; dy <= 2 * ry; dy++)
+        for (int dx = 0; dx <= 2 * rx; dx++)
+            sum = sum + v(dy, dx);
+    double m = sum / n;
+    double acc = 0.0;
+    for (int dy = 0; dy <= 2 * ry; dy++)
+        for (int dx = 0; dx <= 2 * rx; dx++) {
+            double d = v(dy, dx) - m;
+            acc = acc + d * d;
+        }
+    return acc / n;
+}
+
+// The running argmax over z at pixel p: slice k's variance v replaces the
+// best when strictly larger (first maximum wins); k == 0 starts from -inf.
+__device__ __forceinline__ void edf_argmax(double* __restrict__ best, unsigned short* __restrict__ idx, i64 p, double v, int k)
+{
+    double b = k == 0 ? -1.0 / 0.0 : best[p];
+    unsigned short id = k == 0 ? 0 : idx[p];
+    if (v > b) {
+        b = v;
+        id = (unsigned short)k;
+    }
+    best[p] = b;
+    idx[p] = id;
+}
+
 // Gate counts of n planes: counts[2z] += zeros, counts[2z+1] += pixels >=
 // sat. Grid (g, n), 256 threads.
 template <typename T>
@@ -66,13 +116,7 @@ __device__ void gauss_y(float* __restrict__ dst, const T* __restrict__ src, int 
     int y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= W || y >= H)
         return;
-    double acc = edf_val(src[(i64)y * W + x]) * w[0];
-    for (int j = R; j >= 1; j--) {
-        double a = edf_val(src[(i64)edf_reflect(y - j, H) * W + x]);
-        double b = edf_val(src[(i64)edf_reflect(y + j, H) * W + x]);
-        acc = acc + (a + b) * w[j];
-    }
-    dst[(i64)y * W + x] = (float)acc;
+    dst[(i64)y * W + x] = (float)edf_taps([&](int j) { return edf_val(src[(i64)edf_reflect(y + j, H) * W + x]); }, w, R);
 }
 
 extern "C" __global__ void edf_gauss_y_u16(float* dst, const unsigned short* src, int H, int W, const double* w, int R)
@@ -94,13 +138,7 @@ extern "C" __global__ void edf_gauss_x(float* __restrict__ dst, const float* __r
     if (x >= W || y >= H)
         return;
     const float* row = src + (i64)y * W;
-    double acc = (double)row[x] * w[0];
-    for (int j = R; j >= 1; j--) {
-        double a = (double)row[edf_reflect(x - j, W)];
-        double b = (double)row[edf_reflect(x + j, W)];
-        acc = acc + (a + b) * w[j];
-    }
-    dst[(i64)y * W + x] = (float)acc;
+    dst[(i64)y * W + x] = (float)edf_taps([&](int j) { return (double)row[edf_reflect(x + j, W)]; }, w, R);
 }
 
 // Window variance of s at every pixel (edf.WindowVar: centred, float64,
@@ -114,32 +152,124 @@ extern "C" __global__ void edf_var_argmax(double* __restrict__ best, unsigned sh
     int y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= W || y >= H)
         return;
-    double n = (double)((2 * ry + 1) * (2 * rx + 1));
-    double sum = 0.0;
-    for (int dy = -ry; dy <= ry; dy++) {
-        const float* row = s + (i64)edf_reflect(y + dy, H) * W;
-        for (int dx = -rx; dx <= rx; dx++)
-            sum = sum + (double)row[edf_reflect(x + dx, W)];
+    double v = edf_window_var([&](int dy, int dx) {
+        return (double)s[(i64)edf_reflect(y - ry + dy, H) * W + edf_reflect(x - rx + dx, W)];
+    }, ry, rx);
+    edf_argmax(best, idx, (i64)y * W + x, v, k);
+}
+
+// ---- Tiled forms of the three passes above, for the planes of production
+// size: the same arithmetic in the same order (bit-identical results), but
+// each source value is read and converted to float64 once per block, into
+// shared memory, instead of once per tap (a tap of the Gaussian of sigma 10
+// cost one conversion, the card's slowest float64 operation, 81 per pixel).
+// The caller (edf.go, edfTiles) takes them when the tile fits the block's
+// shared memory, else the forms above.
+
+// Rows of output per block of the tiled y pass, columns per block of the
+// tiled x pass, and the side of the tiled window variance's output tile.
+#define EDF_TY 64
+#define EDF_TX 256
+#define EDF_VT 32
+
+// Tiled Gaussian y pass: block (32, 8) makes 32 columns x EDF_TY rows from
+// a column strip of EDF_TY + 2R rows. Dynamic shared memory: R + 1 weights
+// and (EDF_TY + 2R) x 32 values, float64. Grid (ceil(W/32), ceil(H/EDF_TY)).
+template <typename T>
+__device__ void gauss_y_tile(float* __restrict__ dst, const T* __restrict__ src, int H, int W, const double* __restrict__ w, int R)
+{
+    extern __shared__ double sh[];
+    double* ws = sh;
+    double* strip = sh + (R + 1);
+    int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    int x0 = blockIdx.x * 32, y0 = blockIdx.y * EDF_TY;
+    for (int j = tid; j <= R; j += 256)
+        ws[j] = w[j];
+    int n = (EDF_TY + 2 * R) * 32;
+    for (int i = tid; i < n; i += 256) {
+        int x = x0 + (i & 31);
+        strip[i] = x < W ? edf_val(src[(i64)edf_reflect(y0 - R + (i >> 5), H) * W + x]) : 0.0;
     }
-    double m = sum / n;
-    double acc = 0.0;
-    for (int dy = -ry; dy <= ry; dy++) {
-        const float* row = s + (i64)edf_reflect(y + dy, H) * W;
-        for (int dx = -rx; dx <= rx; dx++) {
-            double d = (double)row[edf_reflect(x + dx, W)] - m;
-            acc = acc + d * d;
-        }
+    __syncthreads();
+    int x = x0 + threadIdx.x;
+    if (x >= W)
+        return;
+    for (int k = threadIdx.y; k < EDF_TY; k += 8) {
+        int y = y0 + k;
+        if (y >= H)
+            break;
+        const double* c = strip + (k + R) * 32 + threadIdx.x;
+        dst[(i64)y * W + x] = (float)edf_taps([&](int j) { return c[j * 32]; }, ws, R);
     }
-    double v = acc / n;
-    i64 p = (i64)y * W + x;
-    double b = k == 0 ? -1.0 / 0.0 : best[p];
-    unsigned short id = k == 0 ? 0 : idx[p];
-    if (v > b) {
-        b = v;
-        id = (unsigned short)k;
+}
+
+extern "C" __global__ void edf_gauss_y_tile_u16(float* dst, const unsigned short* src, int H, int W, const double* w, int R)
+{
+    gauss_y_tile<unsigned short>(dst, src, H, W, w, R);
+}
+
+extern "C" __global__ void edf_gauss_y_tile_f32(float* dst, const float* src, int H, int W, const double* w, int R)
+{
+    gauss_y_tile<float>(dst, src, H, W, w, R);
+}
+
+// Tiled Gaussian x pass: block (32, 8) makes 8 rows x EDF_TX columns, each
+// row from EDF_TX + 2R values. Dynamic shared memory: R + 1 weights and
+// 8 x (EDF_TX + 2R) values, float64. Grid (ceil(W/EDF_TX), ceil(H/8)).
+extern "C" __global__ void edf_gauss_x_tile(float* __restrict__ dst, const float* __restrict__ src, int H, int W,
+    const double* __restrict__ w, int R)
+{
+    extern __shared__ double sh[];
+    double* ws = sh;
+    int n = EDF_TX + 2 * R;
+    double* row = sh + (R + 1) + threadIdx.y * n;
+    int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    for (int j = tid; j <= R; j += 256)
+        ws[j] = w[j];
+    int x0 = blockIdx.x * EDF_TX, y = blockIdx.y * 8 + threadIdx.y;
+    if (y < H) {
+        const float* s = src + (i64)y * W;
+        for (int c = threadIdx.x; c < n; c += 32)
+            row[c] = (double)s[edf_reflect(x0 - R + c, W)];
     }
-    best[p] = b;
-    idx[p] = id;
+    __syncthreads();
+    if (y >= H)
+        return;
+    for (int k = threadIdx.x; k < EDF_TX; k += 32) {
+        int x = x0 + k;
+        if (x >= W)
+            break;
+        const double* c = row + k + R;
+        dst[(i64)y * W + x] = (float)edf_taps([&](int j) { return c[j]; }, ws, R);
+    }
+}
+
+// Tiled window variance and running argmax (edf_var_argmax): block (32, 8)
+// makes an EDF_VT x EDF_VT tile from (EDF_VT + 2ry) x (EDF_VT + 2rx) values
+// (float64, dynamic shared memory). Grid (ceil(W/EDF_VT), ceil(H/EDF_VT)).
+extern "C" __global__ void edf_var_argmax_tile(double* __restrict__ best, unsigned short* __restrict__ idx,
+    const float* __restrict__ s, int H, int W, int ry, int rx, int k)
+{
+    extern __shared__ double sh[];
+    int tw = EDF_VT + 2 * rx, th = EDF_VT + 2 * ry;
+    int x0 = blockIdx.x * EDF_VT, y0 = blockIdx.y * EDF_VT;
+    int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    for (int i = tid; i < tw * th; i += 256) {
+        int r = i / tw, c = i - r * tw;
+        sh[i] = (double)s[(i64)edf_reflect(y0 - ry + r, H) * W + edf_reflect(x0 - rx + c, W)];
+    }
+    __syncthreads();
+    int x = x0 + threadIdx.x;
+    if (x >= W)
+        return;
+    for (int q = threadIdx.y; q < EDF_VT; q += 8) {
+        int y = y0 + q;
+        if (y >= H)
+            break;
+        const double* win = sh + q * tw + threadIdx.x; // the window's first row and column
+        double v = edf_window_var([&](int dy, int dx) { return win[dy * tw + dx]; }, ry, rx);
+        edf_argmax(best, idx, (i64)y * W + x, v, k);
+    }
 }
 
 // Final index (edf.RoundIndex of the smoothed map f, or the raw index when
