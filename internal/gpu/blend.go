@@ -193,5 +193,5 @@ func (e *Engine) putGeom(g *blendGeom) devGeom {
 func (d devGeom) free(e *Engine) { e.release(d.py, d.px, d.ty, d.tx) }
 
 func (g *blendGeom) grid() dim {
-	return dim{gx: (g.outW + 31) / 32, gy: (g.outH + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1}
+	return grid32x8(g.outW, g.outH, 32, 8, 0)
 }

@@ -205,16 +205,11 @@ const (
 	edfTileVar   = 32
 )
 
-// edfUntiled is the untiled passes' grid: blocks of 32 x 8 px.
-func edfUntiled(h, w int) dim {
-	return dim{gx: (w + 31) / 32, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1}
-}
-
 // edfGaussY is the Gaussian y pass of the h x w plane src (uint16, or
 // float32 when f32) into the float32 plane dst, weights dw (R + 1 float64).
 func (e *Engine) edfGaussY(f32 bool, dst, src cu.DevicePtr, h, w int, dw cu.DevicePtr, R int) {
 	if sh := 8 * (R + 1 + (edfTileRowsY+2*R)*32); edfTiles && sh <= edfTileShmem {
-		d := dim{gx: (w + 31) / 32, gy: (h + edfTileRowsY - 1) / edfTileRowsY, gz: 1, bx: 32, by: 8, bz: 1, shmem: sh}
+		d := grid32x8(w, h, 32, edfTileRowsY, sh)
 		if f32 {
 			e.launchEdfGaussYTileF32(d, dst, src, h, w, dw, R)
 		} else {
@@ -223,31 +218,31 @@ func (e *Engine) edfGaussY(f32 bool, dst, src cu.DevicePtr, h, w int, dw cu.Devi
 		return
 	}
 	if f32 {
-		e.launchEdfGaussYF32(edfUntiled(h, w), dst, src, h, w, dw, R)
+		e.launchEdfGaussYF32(grid32x8(w, h, 32, 8, 0), dst, src, h, w, dw, R)
 	} else {
-		e.launchEdfGaussYU16(edfUntiled(h, w), dst, src, h, w, dw, R)
+		e.launchEdfGaussYU16(grid32x8(w, h, 32, 8, 0), dst, src, h, w, dw, R)
 	}
 }
 
 // edfGaussX is the Gaussian x pass of the float32 h x w plane src into dst.
 func (e *Engine) edfGaussX(dst, src cu.DevicePtr, h, w int, dw cu.DevicePtr, R int) {
 	if sh := 8 * (R + 1 + 8*(edfTileColsX+2*R)); edfTiles && sh <= edfTileShmem {
-		d := dim{gx: (w + edfTileColsX - 1) / edfTileColsX, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1, shmem: sh}
+		d := grid32x8(w, h, edfTileColsX, 8, sh)
 		e.launchEdfGaussXTile(d, dst, src, h, w, dw, R)
 		return
 	}
-	e.launchEdfGaussX(edfUntiled(h, w), dst, src, h, w, dw, R)
+	e.launchEdfGaussX(grid32x8(w, h, 32, 8, 0), dst, src, h, w, dw, R)
 }
 
 // edfVarArgmax is the window variance of the float32 h x w plane s (slice
 // k of the used) and the running argmax into best and idx.
 func (e *Engine) edfVarArgmax(best, idx, s cu.DevicePtr, h, w, ry, rx, k int) {
 	if sh := 8 * (edfTileVar + 2*ry) * (edfTileVar + 2*rx); edfTiles && sh <= edfTileShmem {
-		d := dim{gx: (w + edfTileVar - 1) / edfTileVar, gy: (h + edfTileVar - 1) / edfTileVar, gz: 1, bx: 32, by: 8, bz: 1, shmem: sh}
+		d := grid32x8(w, h, edfTileVar, edfTileVar, sh)
 		e.launchEdfVarArgmaxTile(d, best, idx, s, h, w, ry, rx, k)
 		return
 	}
-	e.launchEdfVarArgmax(edfUntiled(h, w), best, idx, s, h, w, ry, rx, k)
+	e.launchEdfVarArgmax(grid32x8(w, h, 32, 8, 0), best, idx, s, h, w, ry, rx, k)
 }
 
 // edfWaveletDev is the wavelet method (edf/wavelet.go) on a device stack:
@@ -276,7 +271,7 @@ func (e *Engine) edfWaveletDev(ctx context.Context, stack cu.DevicePtr, f32 bool
 	energy, bestE, low := alloc(plane*8), alloc(plane*8), alloc(plane*8)
 	height, hmaj := alloc(plane*2), alloc(plane*2)
 	g1 := grid1(plane)
-	g2 := dim{gx: (w + 31) / 32, gy: (h + 7) / 8, gz: 1, bx: 32, by: 8, bz: 1}
+	g2 := grid32x8(w, h, 32, 8, 0)
 	// transform runs slice z's levels, calling fn(l, prev, next) after each.
 	transform := func(z int, fn func(l int, prev, next cu.DevicePtr)) cu.DevicePtr {
 		prev, next := A, B

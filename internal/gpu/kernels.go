@@ -72,6 +72,13 @@ func grid1(n int64) dim {
 	return dim{gx: int(g), gy: 1, gz: 1, bx: bs, by: 1, bz: 1}
 }
 
+// grid32x8 covers a w x h plane with blocks of 32 x 8 threads, one block
+// per tw x th px (the block's output tile), and shmem bytes of dynamic
+// shared memory per block.
+func grid32x8(w, h, tw, th, shmem int) dim {
+	return dim{gx: (w + tw - 1) / tw, gy: (h + th - 1) / th, gz: 1, bx: 32, by: 8, bz: 1, shmem: shmem}
+}
+
 // launchArgs runs kernel name on the compute stream with its arguments as
 // the 64-bit words the typed launchers of launch_gen.go make (a kernel reads
 // from each word the bytes of its parameter: the low 4 of an int or float).

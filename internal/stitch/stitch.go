@@ -615,8 +615,8 @@ func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, rd *reader, dir str
 // near-equal size, at most batch each (20 planes in batches of at most 8:
 // 7, 7, 6), so that a channel's last plane goes to the sink without
 // waiting for the fit of the next channel's first planes, and no batch is
-// much smaller than the others (a fit costs about the same for 1 plane as
-// for 8).
+// much smaller than the others (a batch's planes share one set of inner
+// iterations, basic.Fitter: a small batch saves little of a fit's time).
 func channelBatch(lo, nz, batch int) int {
 	rem := nz - lo%nz
 	k := (rem + batch - 1) / batch // batches left in the channel

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/urfave/cli/v2"
 
@@ -51,7 +52,7 @@ given; a GPU that cannot be used is an error, never a switch to the CPU.`, nil, 
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Required: true, Usage: "pipeline config.yaml"},
 			&cli.IntFlag{Name: "cycle", Required: true, Usage: "cycle number"},
-		}, stagecli.Flags(&cli.IntFlag{Name: "batch", Usage: "planes fitted together (0: 4 on the GPU, the CPU's workers on the CPU)"})...),
+		}, stagecli.Flags(&cli.IntFlag{Name: "batch", Usage: fmt.Sprintf("planes fitted together (0: %d on the GPU, the CPU's workers on the CPU)", stitch.DefaultFusedGPUBatch)})...),
 		Action: func(c *cli.Context) error {
 			o, err := stagecli.Setup(c, true)
 			if err != nil {
