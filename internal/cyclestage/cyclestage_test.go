@@ -196,4 +196,19 @@ func TestFusedBudgetNamesItsKey(t *testing.T) {
 	if tree := outputs(t, cfg); len(tree) != 0 {
 		t.Errorf("%d files written: %v", len(tree), tree)
 	}
+	// The error gives the job's budget (not the stitch stage's share of
+	// it) and a need that covers the decon and EDF stages' reserve too:
+	// the figure it says to raise the budget to runs, one MB less fails.
+	if ne.Budget != 1<<20 {
+		t.Errorf("reported budget %d, want the job's %d", ne.Budget, 1<<20)
+	}
+	need := (ne.Need + membudget.MB - 1) / membudget.MB * membudget.MB
+	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engines: cpuEngines(), Workers: workers,
+		MemBudget: need - membudget.MB, MemBudgetSource: "test"}); !errors.As(err, &ne) {
+		t.Errorf("budget %d (one MB below the need reported): err = %v, want a NeedError", need-membudget.MB, err)
+	}
+	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engines: cpuEngines(), Workers: workers,
+		MemBudget: need, MemBudgetSource: "test"}); err != nil {
+		t.Errorf("budget %d (the need reported): %v", need, err)
+	}
 }

@@ -123,6 +123,10 @@ type memModel struct {
 	raw, mosaic, profile int64
 	budget               int64 // 0: none
 	budgetSource         string
+	// reserve is what a sink holds beside the stage (Sink.Reserve, bytes;
+	// 0: no sink) and jobBudget the job's whole budget, of which budget is
+	// what the reserve leaves: a NeedError reports the job's figures.
+	reserve, jobBudget int64
 }
 
 // newMemModel is the model of engine e on a cycle of geometry g; resident
@@ -206,9 +210,16 @@ func (m memModel) choose(batch int) (memPlan, error) {
 	if p, ok := membudget.First(ps, m.budget, m.need); ok {
 		return p, nil
 	}
-	return memPlan{}, &membudget.NeedError{Stage: "stitch", Budget: m.budget, Source: m.budgetSource,
+	ne := &membudget.NeedError{Stage: "stitch", Budget: m.budget, Source: m.budgetSource,
 		Need: m.need(minPlan), ConfigKey: ConfigKeyMem,
 		What: fmt.Sprintf("one plane of %d raw tiles of %dx%d px (%s), its fit and blend, one %dx%d mosaic (%s), runtime and engine %s",
 			m.g.Tiles, m.g.W, m.g.H, membudget.Format(m.raw), m.g.MosaicW, m.g.MosaicH, membudget.Format(m.mosaic),
 			membudget.Format(m.e.Fixed))}
+	if m.reserve > 0 {
+		// With a sink the job's budget holds both: the figure to raise it
+		// to is the stage's smallest working set plus the sink's share.
+		ne.Budget, ne.Need = m.jobBudget, ne.Need+m.reserve
+		ne.What += fmt.Sprintf("; beside it, what the later stages hold at once (%s)", membudget.Format(m.reserve))
+	}
+	return memPlan{}, ne
 }

@@ -299,6 +299,10 @@ func (r *cycleRun) budget() int64 {
 // raw tiles (basic.FitWithDarkfield).
 func (r *cycleRun) memModel() memModel {
 	mm := newMemModel(r.o.Engine, r.geom, r.resident, r.budget(), r.o.MemBudgetSource)
+	if r.o.Sink != nil && r.o.MemBudget > 0 {
+		mm.reserve = r.o.Sink.Reserve(r.geom.MosaicH, r.geom.MosaicW, len(r.cyc.Z))
+		mm.jobBudget = r.o.MemBudget
+	}
 	if r.mode == basic.ModeEnvelopeDarkfield {
 		mm.e.Fit += mm.raw
 	}

@@ -198,7 +198,7 @@ func catalogue() []badCase {
 		}), nil, "", 0, "cycle stitched"},
 	}
 	// The other stages: what every wrapper shares.
-	for _, exe := range []string{"decon", "edf", "register"} {
+	for _, exe := range []string{"decon", "edf", "register", "cycle"} {
 		cycle := []string{"--cycle", "1"}
 		if exe == "register" {
 			cycle = nil
@@ -215,6 +215,23 @@ func catalogue() []badCase {
 			badCase{exe, "flag unknown", func(_ *testing.T, p *project) []string { return args(p, "--frobnicate") }, nil, "", 2, "frobnicate"},
 		)
 	}
+	// The fused cycle on the stitch stage's input, and its own budget key.
+	cycleRun := func(p *project, extra ...string) []string {
+		return append([]string{"run", "-c", p.Cfg, "--cycle", "1", "--device", "cpu", "--workers", "2"}, extra...)
+	}
+	cases = append(cases,
+		badCase{"cycle", "tile missing", func(t *testing.T, p *project) []string {
+			os.Remove(p.tile(4, 1, 2))
+			return cycleRun(p)
+		}, nil, "", 2, "1_00004_Z001_CH2.tif"},
+		badCase{"cycle", "tile truncated", func(t *testing.T, p *project) []string {
+			os.Truncate(p.tile(2, 1, 2), 300)
+			return cycleRun(p)
+		}, nil, "", 2, "1_00002_Z001_CH2.tif"},
+		badCase{"cycle", "memory budget below the three stages' need", func(_ *testing.T, p *project) []string {
+			return cycleRun(p, "--mem-budget", "20")
+		}, nil, "", 2, "resources.mem_cycle"},
+	)
 	return append(cases, hostile()...)
 }
 
@@ -305,7 +322,7 @@ func TestBadInputs(t *testing.T) {
 	}
 	root := t.TempDir()
 	bins := map[string]string{}
-	for _, w := range []string{"stitch", "decon", "edf", "register"} {
+	for _, w := range []string{"stitch", "decon", "edf", "register", "cycle"} {
 		if _, err := os.Stat(filepath.Join("..", "..", "wrappers", w, "main.go")); err != nil {
 			continue // a stage not written yet
 		}
@@ -362,6 +379,16 @@ func TestBadInputs(t *testing.T) {
 			}
 			if p.release != nil {
 				p.release()
+			}
+			if tc.exe == "cycle" { // the three stages' outputs: none of them, nor a staging directory or lock
+				for _, out := range []string{p.Out, layout.Deconvolved(p.Dir, 1), layout.EDFOut(p.Dir, 1)} {
+					q := *p
+					q.Out = out
+					if left := leftovers(t, &q, tc.code); len(left) > 0 {
+						t.Errorf("left in %s: %v", filepath.Dir(out), left)
+					}
+				}
+				return
 			}
 			if tc.exe != "stitch" {
 				return
