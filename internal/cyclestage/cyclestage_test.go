@@ -212,3 +212,29 @@ func TestFusedBudgetNamesItsKey(t *testing.T) {
 		t.Errorf("budget %d (the need reported): %v", need, err)
 	}
 }
+
+// A plane whose raw tiles are all zero (CH2 Z1 of five) passes through the
+// fused cycle: not fitted, deconvolved with its channel, and left out of
+// the channel's EDF by the quality gate (its zeros), as the EDF sentinel's
+// slices_used says; before, it stopped the cycle in the BaSiC fit (exit 1).
+func TestFusedBlankPlane(t *testing.T) {
+	o := synthtest.Tiny(t)
+	o.OutDir = t.TempDir()
+	o.NCycles, o.NZ = 1, 5
+	cfg := synthtest.Project(t, o)
+	synthtest.BlankPlane(t, cfg, 2, 1)
+	if _, err := Run(context.Background(), Options{Config: cfg, Cycle: 1, Engines: cpuEngines(), Workers: workers, KeepIntermediates: true}); err != nil {
+		t.Fatalf("a blank plane stopped the fused cycle: %v", err)
+	}
+	sent, err := os.ReadFile(layout.Sentinel(edfstage.OutDir(cfg.ProjectDir, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(sent), "slices_used=CH1:2-4;CH2:2-5\n") {
+		t.Errorf("EDF sentinel: want CH1 slices 2-4 (the first and last of five dropped) and CH2 2-5 (Z1 left out by the gate):\n%s", sent)
+	}
+	st, _ := os.ReadFile(layout.Sentinel(stitch.OutDir(cfg.ProjectDir, 1)))
+	if !strings.Contains(string(st), "blank_planes=1\n") {
+		t.Errorf("stitch sentinel does not count the blank plane:\n%s", st)
+	}
+}

@@ -190,3 +190,41 @@ func worstDiff(a, b []float32, scale float64) (float64, int) {
 	}
 	return worst, at
 }
+
+// BenchmarkBaSiCFitBatch is one batch of F production fits (63 tiles each,
+// resized to 128 x 128, Production() settings) advanced together, for
+// several F: the time per batch, the inner iterations of the batch's
+// longest fit and the time per such iteration (the batch's fits run their
+// iterations together, so this is the cost of one step of the solve loop).
+// Tiles are 360 x 480 (the solve works on the working size; the resize of
+// production tiles is measured by the stitch benchmarks).
+func BenchmarkBaSiCFitBatch(b *testing.B) {
+	sc := basictest.DefaultScene()
+	sc.N, sc.H, sc.W = 63, 360, 480
+	st, _ := basictest.Make(sc)
+	p := basic.Production()
+	for _, f := range []int{1, 4, 8, 20} {
+		b.Run(fmt.Sprintf("F=%d", f), func(b *testing.B) {
+			stacks := make([]*raster.Stack, f)
+			for i := range stacks {
+				stacks[i] = st
+			}
+			bs := &BaSiC{e: testEngine, maxBatch: f}
+			var iters int
+			for b.Loop() {
+				profs, err := bs.Fit(context.Background(), stacks, p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				iters = 0
+				for _, pr := range profs {
+					iters = max(iters, pr.Iterations)
+				}
+			}
+			per := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(per*1000, "ms/batch")
+			b.ReportMetric(float64(iters), "iterations")
+			b.ReportMetric(per*1e6/float64(max(1, iters)), "us/iteration")
+		})
+	}
+}

@@ -147,6 +147,24 @@ func Quantize16(dst []uint16, src []float32) []uint16 {
 	return dst
 }
 
+// AllZero16 reports whether every count of pix is zero, stopping at the
+// first that is not (in 16-count blocks, one test per block).
+func AllZero16(pix []uint16) bool {
+	for len(pix) >= 16 {
+		b := pix[:16:16]
+		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7]|b[8]|b[9]|b[10]|b[11]|b[12]|b[13]|b[14]|b[15] != 0 {
+			return false
+		}
+		pix = pix[16:]
+	}
+	for _, v := range pix {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Point is a position in pixels, (Y, X) with +Y down and +X right. Tile
 // positions are the mosaic coordinates of a tile's pixel (0, 0).
 type Point struct {

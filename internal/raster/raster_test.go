@@ -17,3 +17,21 @@ func TestClip16(t *testing.T) {
 		t.Errorf("Clip16(NaN) = %d, want 0", got)
 	}
 }
+
+// AllZero16 finds a non-zero count wherever it lies (in a 16-count block or
+// in the tail), and says true for all-zero and empty slices.
+func TestAllZero16(t *testing.T) {
+	for n := 0; n <= 40; n++ {
+		pix := make([]uint16, n)
+		if !AllZero16(pix) {
+			t.Fatalf("n %d: zeros reported as not all zero", n)
+		}
+		for i := range pix {
+			pix[i] = 1 << (i % 16)
+			if AllZero16(pix) {
+				t.Fatalf("n %d: count %d at %d not found", n, pix[i], i)
+			}
+			pix[i] = 0
+		}
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	cuda "github.com/kintsugi-hpc/kintsugi-go/internal/gpu"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
 )
 
 // gpuStageTol: what the CUDA stage must hold against the CPU stage on the
@@ -29,8 +31,11 @@ var gpuStageTol = stageTol{Pos: 0.05, Flat: 1e-3, Dark: 1, Self: 1, Abs: 2, Rel:
 // output) on the CUDA engine and on the CPU engine for the same small
 // synthetic project (2 x 3 tiles of 160 x 200 px, 2 channels, 3 z-planes)
 // and compares every output file within gpuStageTol.
-func TestStageGPUMatchesCPU(t *testing.T) {
-	cfg := project(t)
+func TestStageGPUMatchesCPU(t *testing.T) { stageGPUMatchesCPU(t, project(t)) }
+
+// stageGPUMatchesCPU runs the stage on cfg's project on the CUDA engine
+// and on the CPU engine and compares every output file within gpuStageTol.
+func stageGPUMatchesCPU(t *testing.T, cfg *config.Config) {
 	g, err := cuda.Open(cuda.Options{Device: 0}) // *gpu.Engine is a stitch Engine
 	if err != nil {
 		t.Fatal(err)
@@ -53,13 +58,15 @@ func TestStageGPUMatchesCPU(t *testing.T) {
 func TestStageGPUMatchesCPUEnvelope(t *testing.T) {
 	cfg := project(t)
 	cfg.Stitching.ProfileMode = "envelope_darkfield"
-	g, err := cuda.Open(cuda.Options{Device: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	cpu, gpu := filepath.Join(t.TempDir(), "cpu"), filepath.Join(t.TempDir(), "gpu")
-	runStage(t, cfg, NewCPUEngine(4), 4, 0, cpu)
-	runStage(t, cfg, g, 4, DefaultGPUBatch, gpu)
-	compareStage(t, cfg, cpu, gpu, gpuStageTol)
+	stageGPUMatchesCPU(t, cfg)
+}
+
+// TestStageGPUMatchesCPUBlankPlane is TestStageGPUMatchesCPU with one plane
+// whose tiles are all zero (CH2 Z1, in a batch with planes that are
+// fitted): not fitted on either engine, the same identity profile and zero
+// mosaic, the other planes within gpuStageTol.
+func TestStageGPUMatchesCPUBlankPlane(t *testing.T) {
+	cfg := project(t)
+	synthtest.BlankPlane(t, cfg, 2, 1)
+	stageGPUMatchesCPU(t, cfg)
 }

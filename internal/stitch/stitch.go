@@ -200,7 +200,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	r.tm.Write = r.w.seconds()
 	r.tm.Total = since(start)
-	if err := writeSentinel(layout.Sentinel(stage.Path), o, r.cyc, o.Engine.Name(), r.mode, r.tm, r.refits, r.fallbacks); err != nil {
+	if err := r.writeSentinel(layout.Sentinel(stage.Path)); err != nil {
 		return nil, err
 	}
 	if err := stage.Commit(); err != nil {
@@ -234,7 +234,9 @@ type cycleRun struct {
 	refits  int // profiles replaced by a refit (refitUniform)
 	// fallbacks counts planes whose flatfield came back uniform.
 	fallbacks int
-	w         *writer
+	// blank holds the planes whose tiles are all zero (not fitted: fit).
+	blank map[plane]bool
+	w     *writer
 
 	// mode is stitching.profile_mode; with basic.ModeEnvelopeDarkfield
 	// darks holds each channel's darkfield (basic.ChannelDarkfield, from
@@ -315,7 +317,81 @@ func (r *cycleRun) memModel() memModel {
 // channel's darkfield known instead (no refit: that rule is not used).
 // dev, when not nil, holds the planes' tiles on a TileEngine's device,
 // fitted from there (the same profiles).
+//
+// A plane whose tiles are all zero (nothing reached the camera: a shutter
+// that stayed closed, a channel or z-plane not acquired) is not fitted:
+// BaSiC is undefined on it (its images have norm 0; the original divides
+// by zero). It gets the identity profile (flatfield 1, darkfield 0), so its
+// mosaic is the zeros it holds, and a warning; the EDF stage's quality gate
+// then leaves it out (zeros above quality_gate.max_zero_pct), as it does
+// any mostly-empty slice. Before, one such plane stopped the cycle (exit 1).
 func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, dev []basic.DeviceTiles, ids []plane) ([]basic.Profile, error) {
+	var fit [][]*raster.Gray16
+	var fitDev []basic.DeviceTiles
+	var fitIDs []plane
+	var at, blank []int // indices in planes of the planes fitted and of the blank ones
+	for i, tiles := range planes {
+		if blankTiles(tiles) {
+			blank = append(blank, i)
+			continue
+		}
+		fit, fitIDs, at = append(fit, tiles), append(fitIDs, ids[i]), append(at, i)
+		if dev != nil {
+			fitDev = append(fitDev, dev[i])
+		}
+	}
+	if len(blank) == 0 {
+		return r.fitPlanes(ctx, planes, dev, ids)
+	}
+	profs := make([]basic.Profile, len(planes))
+	if len(at) > 0 {
+		fitted, err := r.fitPlanes(ctx, fit, fitDev, fitIDs)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range at {
+			profs[i] = fitted[k]
+		}
+	}
+	if r.blank == nil {
+		r.blank = map[plane]bool{}
+	}
+	for _, i := range blank {
+		profs[i] = identityProfile(r.cyc.W, r.cyc.H, r.bp.WorkingSize)
+		r.blank[ids[i]] = true
+		r.lg.Warn("every tile of the plane is zero: not fitted, passed through uncorrected (the EDF quality gate leaves such slices out)",
+			"cycle", r.o.Cycle, "channel", ids[i].ch, "z", ids[i].z, "tiles", len(planes[i]))
+	}
+	return profs, nil
+}
+
+// blankTiles reports whether every pixel of every tile is zero. It stops at
+// the first pixel that is not, which in a real plane is among the first.
+func blankTiles(tiles []*raster.Gray16) bool {
+	for _, t := range tiles {
+		if !raster.AllZero16(t.Pix) {
+			return false
+		}
+	}
+	return true
+}
+
+// identityProfile is the profile that changes nothing: flatfield 1 and
+// darkfield 0 over w x h px and over the working size ps x ps.
+func identityProfile(w, h, ps int) basic.Profile {
+	p := basic.Profile{W: w, H: h, Flatfield: make([]float32, w*h), Darkfield: make([]float32, w*h),
+		WorkFlat: make([]float32, ps*ps), WorkDark: make([]float32, ps*ps)}
+	for i := range p.Flatfield {
+		p.Flatfield[i] = 1
+	}
+	for i := range p.WorkFlat {
+		p.WorkFlat[i] = 1
+	}
+	return p
+}
+
+// fitPlanes is fit for planes that are not blank.
+func (r *cycleRun) fitPlanes(ctx context.Context, planes [][]*raster.Gray16, dev []basic.DeviceTiles, ids []plane) ([]basic.Profile, error) {
 	if r.mode == basic.ModeEnvelopeDarkfield {
 		darks := make([]basic.Darkfield, len(ids))
 		for i, id := range ids {
@@ -686,7 +762,7 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 			prof = &profs[k]
 			k++
 		}
-		if uniformFlat(prof) {
+		if uniformFlat(prof) && !r.blank[pl] {
 			// BaSiC's own guard (a flatfield with negative values is
 			// replaced by ones): the plane is corrected for darkfield only.
 			r.fallbacks++
@@ -899,7 +975,8 @@ func count(v []bool) int {
 func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
 
 // sentinel lines in the original's key=value form.
-func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, mode basic.ProfileMode, tm Timings, refits, fallbacks int) error {
+func (r *cycleRun) writeSentinel(path string) error {
+	o, cyc := r.o, r.cyc
 	chs := make([]string, len(cyc.Channels))
 	for i, c := range cyc.Channels {
 		chs[i] = fmt.Sprint(c)
@@ -911,14 +988,15 @@ func writeSentinel(path string, o Options, cyc *dataset.Cycle, engine string, mo
 		{"channels", strings.Join(chs, ",")},
 		{"zplanes", fmt.Sprint(len(cyc.Z))},
 		{"skipped", ""},
-		{"duration_minutes", fmt.Sprintf("%.2f", tm.Total/60)},
-		{"engine", engine},
+		{"duration_minutes", fmt.Sprintf("%.2f", r.tm.Total/60)},
+		{"engine", o.Engine.Name()},
 		{"workers", fmt.Sprint(o.Workers)},
-		{"basic_refits", fmt.Sprint(refits)},
-		{"basic_uniform_fallbacks", fmt.Sprint(fallbacks)},
+		{"basic_refits", fmt.Sprint(r.refits)},
+		{"basic_uniform_fallbacks", fmt.Sprint(r.fallbacks)},
+		{"blank_planes", fmt.Sprint(len(r.blank))},
 	}
-	if mode != basic.ModeCompatible {
-		kv = append(kv, [2]string{"profile_mode", basic.ProfileModeNames[mode]})
+	if r.mode != basic.ModeCompatible {
+		kv = append(kv, [2]string{"profile_mode", basic.ProfileModeNames[r.mode]})
 	}
 	return staging.WriteSentinel(path, kv)
 }

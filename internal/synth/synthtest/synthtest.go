@@ -5,11 +5,16 @@ package synthtest
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/synth"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
 )
 
 // Tiny returns the "tiny" preset, synth.Preset("tiny"), for the test to
@@ -62,4 +67,23 @@ func Project(t testing.TB, o synth.Options) *config.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// BlankPlane makes every raw tile of z-plane z of channel ch of cycle 1 of
+// cfg's project zero (as a shutter that stayed closed would leave it).
+func BlankPlane(t testing.TB, cfg *config.Config, ch, z int) {
+	t.Helper()
+	tiles, _ := filepath.Glob(filepath.Join(layout.RawCycleDir(cfg.ProjectDir, 1), fmt.Sprintf("*_Z%03d_CH%d.tif", z, ch)))
+	if len(tiles) == 0 {
+		t.Fatalf("no CH%d Z%d tiles", ch, z)
+	}
+	for _, f := range tiles {
+		g, err := tiffio.ReadGray16(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tiffio.WriteGray16(f, raster.NewGray16(g.W, g.H)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -1,0 +1,96 @@
+package stitch
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/synth/synthtest"
+	"github.com/kintsugi-hpc/kintsugi-go/internal/tiffio"
+)
+
+// A plane whose tiles are all zero (a shutter that stayed closed) is not
+// fitted (BaSiC is undefined on it; it stopped the cycle with exit 1): it
+// gets the identity profile and a zero mosaic, the sentinel counts it, and
+// every other plane comes out as it does without it (the batch's other fits
+// keep their own profiles).
+func TestBlankPlane(t *testing.T) {
+	cfg := project(t)
+	// Batches of 4 planes: the blank plane is fitted beside two others
+	// (CH1 Z2, Z3; CH1 Z1 is the reference, fitted before).
+	run := func(cfg *config.Config) (*Result, error) {
+		return Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: NewCPUEngine(2), Workers: 2, Batch: 4})
+	}
+	if _, err := run(cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := OutDir(cfg.ProjectDir, 1)
+	files := func() map[string][]byte {
+		m := map[string][]byte{}
+		err := filepath.Walk(out, func(p string, fi os.FileInfo, err error) error {
+			if err != nil || fi.IsDir() || !strings.HasSuffix(p, ".tif") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			m[strings.TrimPrefix(p, out+"/")] = b
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	before := files()
+
+	synthtest.BlankPlane(t, cfg, 2, 1)
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(cfg); err != nil {
+		t.Fatalf("a blank plane stopped the stage: %v", err)
+	}
+	after := files()
+
+	mosaic, err := tiffio.ReadGray16(filepath.Join(out, "CH2", layout.StitchedPlane(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !raster.AllZero16(mosaic.Pix) {
+		t.Error("the blank plane's mosaic is not all zero")
+	}
+	prof := filepath.Join(out, "CH2", layout.BaSiCDir, layout.BaSiCStem(1))
+	flat, err := tiffio.ReadFloat32(prof + "_flatfield.tif")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dark, err := tiffio.ReadFloat32(prof + "_darkfield.tif")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range flat.Pix {
+		if flat.Pix[i] != 1 || dark.Pix[i] != 0 {
+			t.Fatalf("blank plane's profile at %d: flatfield %g, darkfield %g; want the identity (1, 0)", i, flat.Pix[i], dark.Pix[i])
+		}
+	}
+	for name, b := range before {
+		if strings.HasPrefix(name, "CH2/01") || strings.HasPrefix(name, "CH2/"+layout.BaSiCDir+"/01_") {
+			continue
+		}
+		if !bytes.Equal(b, after[name]) {
+			t.Errorf("%s differs from the run without the blank plane", name)
+		}
+	}
+	sent, err := os.ReadFile(layout.Sentinel(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(sent), "blank_planes=1\n") {
+		t.Errorf("sentinel does not count the blank plane:\n%s", sent)
+	}
+}
