@@ -8,6 +8,9 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mumax/3/cuda/cu"
 
 	"github.com/kintsugi-hpc/kintsugi-go/internal/decon"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/psf"
@@ -318,4 +321,40 @@ func TestDeconFFT(t *testing.T) {
 			t.Errorf("%s: FFT streamed %v in %d slabs differs by %.3g (want >= 3 slabs, <= 1e-4)", c.name, cs.Streamed, cs.Chunks, e2)
 		}
 	}
+}
+
+// BenchmarkDeconConv is one direct convolution of a production channel's
+// padded stack (20 x 7600 x 12800 float32, about the 12676 x 7493 mosaic
+// padded) with a 9 x 9 x 1 kernel (the light-sheet PSF of channels 2-4),
+// epilogue mode 0: milliseconds per launch and taps per second (one tap:
+// a float32 multiply and add, unfused).
+func BenchmarkDeconConv(b *testing.B) {
+	const nz, ny, nx = 20, 7600, 12800
+	k := &psf.Kernel{NZ: 1, NY: 9, NX: 9, Data: make([]float32, 81)}
+	for i := range k.Data {
+		k.Data[i] = float32(1+i%5) / 243
+	}
+	n := int64(nz) * ny * nx
+	var perLaunch float64
+	err := testEngine.do(context.Background(), "conv benchmark", func() error {
+		e := testEngine
+		src, dst, kd := e.alloc(n*4), e.alloc(n*4), e.alloc(81*4)
+		defer e.release(src, dst, kd)
+		cu.MemsetD32(src, math.Float32bits(1.5), n)
+		put(e, kd, k.Data)
+		e.deconConv(dst, src, kd, k, nz, ny, nx, 0, 0, 0, 0) // warm-up
+		e.compute.Synchronize()
+		start := time.Now()
+		for range b.N {
+			e.deconConv(dst, src, kd, k, nz, ny, nx, 0, 0, 0, 0)
+		}
+		e.compute.Synchronize()
+		perLaunch = time.Since(start).Seconds() / float64(b.N)
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(perLaunch*1000, "ms/launch")
+	b.ReportMetric(float64(n)*81/perLaunch/1e12, "Ttaps/s")
 }
