@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kintsugi-hpc/kintsugi-go/internal/accuracy"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/config"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/layout"
 	"github.com/kintsugi-hpc/kintsugi-go/internal/raster"
@@ -92,5 +93,47 @@ func TestBlankPlane(t *testing.T) {
 	}
 	if !strings.Contains(string(sent), "blank_planes=1\n") {
 		t.Errorf("sentinel does not count the blank plane:\n%s", sent)
+	}
+}
+
+// When every tile of the reference plane (CH1 Z1 of three planes) is zero,
+// the tiles are aligned on the nearest plane of the reference channel that
+// is not blank (CH1 Z2), so the positions come out as accurate as usual
+// instead of staying nominal (no pair can be measured on zeros).
+func TestBlankReferencePlane(t *testing.T) {
+	cfg := project(t)
+	synthtest.BlankPlane(t, cfg, 1, 1)
+	if _, err := run(cfg); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := accuracy.Evaluate(cfg.ProjectDir, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Positions
+	if p == nil {
+		t.Fatal("no tile positions evaluated")
+	}
+	t.Logf("tile positions against the truth: rms %.3f px, worst %.3f px (tile %d)", p.RMS, p.Max, p.MaxTile)
+	if p.Max > 0.5 {
+		t.Errorf("worst tile position error %.3f px, want <= 0.5 px (aligned on CH1 Z2)", p.Max)
+	}
+	// CH1 Z1 is a blank plane like any other (identity profile, counted);
+	// CH1 Z2, the new reference, keeps the profile it was aligned with.
+	sent, err := os.ReadFile(layout.Sentinel(OutDir(cfg.ProjectDir, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(sent), "blank_planes=1\n") {
+		t.Errorf("sentinel does not count the blank reference plane:\n%s", sent)
+	}
+	flat, err := tiffio.ReadFloat32(filepath.Join(OutDir(cfg.ProjectDir, 1), "CH1", layout.BaSiCDir, layout.BaSiCStem(1)+"_flatfield.tif"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range flat.Pix {
+		if v != 1 {
+			t.Fatalf("CH1 Z1 flatfield %g at %d: want the identity profile of a blank plane", v, i)
+		}
 	}
 }

@@ -178,13 +178,6 @@ func compareStage(t *testing.T, cfg *config.Config, want, got string, tol stageT
 	}
 }
 
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
 // TestStageIndependentOfWorkers: the whole stage on the CPU engine gives the
 // same files with 1 worker (batch 1) as with 3 (batch 2), through the same
 // comparison the CUDA stage test uses.

@@ -30,6 +30,7 @@
 package stitch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,7 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -461,6 +463,10 @@ func (r *cycleRun) alignReference(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
+	if refTiles, err = r.unblankReference(ctx, refTiles); err != nil {
+		return err
+	}
+	ref = r.ref
 	r.tm.Read += since(t0)
 	t0 = time.Now()
 	r.refProf, err = r.fit(ctx, [][]*raster.Gray16{refTiles}, nil, []plane{ref})
@@ -485,6 +491,37 @@ func (r *cycleRun) alignReference(ctx context.Context, dir string) error {
 	r.gc() // the alignment's working set, before the pipeline's
 	return nil
 }
+
+// unblankReference returns the reference plane's tiles, or, when every
+// one of them is zero (nothing to align on: the positions would stay
+// nominal), those of the nearest z-plane of the reference channel that is
+// not blank (the lower one first at equal distance), which becomes the
+// reference (r.ref), with a warning. A channel blank in every plane keeps
+// its reference.
+func (r *cycleRun) unblankReference(ctx context.Context, tiles []*raster.Gray16) ([]*raster.Gray16, error) {
+	ref := r.ref
+	if !blankTiles(tiles) {
+		return tiles, nil
+	}
+	zs := slices.Clone(r.cyc.Z)
+	slices.SortStableFunc(zs, func(a, b int) int { return cmp.Compare(abs(a-ref.z), abs(b-ref.z)) })
+	for _, z := range zs[1:] {
+		t, err := r.cyc.ReadPlane(ctx, z, ref.ch, r.workers)
+		if err != nil {
+			return nil, err
+		}
+		if !blankTiles(t) {
+			r.lg.Warn("every tile of the reference plane is zero: the tiles are aligned on the nearest plane of the channel that is not",
+				"cycle", r.o.Cycle, "channel", ref.ch, "reference_z", ref.z, "aligned_on_z", z)
+			r.ref = plane{ref.ch, z}
+			return t, nil
+		}
+	}
+	return tiles, nil
+}
+
+// abs is |v|.
+func abs(v int) int { return max(v, -v) }
 
 // planPipeline chooses the plan again with the measured mosaic size and
 // logs it.
