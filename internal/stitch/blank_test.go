@@ -23,7 +23,7 @@ import (
 // keep their own profiles).
 func TestBlankPlane(t *testing.T) {
 	cfg := project(t)
-	// Batches of 4 planes: the blank plane is fitted beside two others
+	// Batches of 4 planes: the blank plane is in a batch with two that are fitted
 	// (CH1 Z2, Z3; CH1 Z1 is the reference, fitted before).
 	run := func(cfg *config.Config) (*Result, error) {
 		return Run(context.Background(), Options{Config: cfg, Cycle: 1, Engine: NewCPUEngine(2), Workers: 2, Batch: 4})
