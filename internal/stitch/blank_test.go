@@ -65,20 +65,7 @@ func TestBlankPlane(t *testing.T) {
 	if !raster.AllZero16(mosaic.Pix) {
 		t.Error("the blank plane's mosaic is not all zero")
 	}
-	prof := filepath.Join(out, "CH2", layout.BaSiCDir, layout.BaSiCStem(1))
-	flat, err := tiffio.ReadFloat32(prof + "_flatfield.tif")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dark, err := tiffio.ReadFloat32(prof + "_darkfield.tif")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range flat.Pix {
-		if flat.Pix[i] != 1 || dark.Pix[i] != 0 {
-			t.Fatalf("blank plane's profile at %d: flatfield %g, darkfield %g; want the identity (1, 0)", i, flat.Pix[i], dark.Pix[i])
-		}
-	}
+	identityProfileFiles(t, out, 2, 1)
 	for name, b := range before {
 		if strings.HasPrefix(name, "CH2/01") || strings.HasPrefix(name, "CH2/"+layout.BaSiCDir+"/01_") {
 			continue
@@ -127,13 +114,26 @@ func TestBlankReferencePlane(t *testing.T) {
 	if !strings.Contains(string(sent), "blank_planes=1\n") {
 		t.Errorf("sentinel does not count the blank reference plane:\n%s", sent)
 	}
-	flat, err := tiffio.ReadFloat32(filepath.Join(OutDir(cfg.ProjectDir, 1), "CH1", layout.BaSiCDir, layout.BaSiCStem(1)+"_flatfield.tif"))
+	identityProfileFiles(t, OutDir(cfg.ProjectDir, 1), 1, 1)
+}
+
+// identityProfileFiles checks that the profile files of channel ch,
+// z-plane z in the stage's output dir out are the identity: flatfield 1
+// and darkfield 0 everywhere (a blank plane's).
+func identityProfileFiles(t *testing.T, out string, ch, z int) {
+	t.Helper()
+	prof := filepath.Join(out, layout.ChannelDir(ch), layout.BaSiCDir, layout.BaSiCStem(z))
+	flat, err := tiffio.ReadFloat32(prof + "_flatfield.tif")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, v := range flat.Pix {
-		if v != 1 {
-			t.Fatalf("CH1 Z1 flatfield %g at %d: want the identity profile of a blank plane", v, i)
+	dark, err := tiffio.ReadFloat32(prof + "_darkfield.tif")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range flat.Pix {
+		if flat.Pix[i] != 1 || dark.Pix[i] != 0 {
+			t.Fatalf("CH%d Z%d profile at %d: flatfield %g, darkfield %g; want the identity (1, 0) of a blank plane", ch, z, i, flat.Pix[i], dark.Pix[i])
 		}
 	}
 }

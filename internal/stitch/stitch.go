@@ -342,9 +342,6 @@ func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, dev []bas
 			fitDev = append(fitDev, dev[i])
 		}
 	}
-	if len(blank) == 0 {
-		return r.fitPlanes(ctx, planes, dev, ids)
-	}
 	profs := make([]basic.Profile, len(planes))
 	if len(at) > 0 {
 		fitted, err := r.fitPlanes(ctx, fit, fitDev, fitIDs)
@@ -355,10 +352,10 @@ func (r *cycleRun) fit(ctx context.Context, planes [][]*raster.Gray16, dev []bas
 			profs[i] = fitted[k]
 		}
 	}
-	if r.blank == nil {
-		r.blank = map[plane]bool{}
-	}
 	for _, i := range blank {
+		if r.blank == nil {
+			r.blank = map[plane]bool{}
+		}
 		profs[i] = identityProfile(r.cyc.W, r.cyc.H, r.bp.WorkingSize)
 		r.blank[ids[i]] = true
 		r.lg.Warn("every tile of the plane is zero: not fitted, passed through uncorrected (the EDF quality gate leaves such slices out)",
