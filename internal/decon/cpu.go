@@ -266,16 +266,12 @@ func Conv(dst, src *raster.Stack, k *psf.Kernel, workers int) {
 							in := src.Pix[(sz*ny+sy)*nx : (sz*ny+sy+1)*nx]
 							kr := k.Data[(a*k.NY+b)*k.NX : (a*k.NY+b+1)*k.NX]
 							for c, kv := range kr {
-								off := cx - c // out[x] += kv*in[x+off]
+								off := cx - c // out[x] = fma(kv, in[x+off], out[x])
 								x0, x1 := max(0, -off), min(nx, nx-off)
 								if x0 >= x1 {
 									continue
 								}
-								o := out[x0:x1]
-								s := in[x0+off : x1+off]
-								for i := range o {
-									o[i] += kv * s[i]
-								}
+								axpyFMA(out[x0:x1], in[x0+off:x1+off], kv)
 							}
 						}
 					}

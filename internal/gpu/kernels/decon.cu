@@ -1,8 +1,9 @@
 // Deconvolution (internal/decon): the original's Richardson-Lucy and
 // Biggs-Andrews on a padded (z, y, x) float32 stack, x fastest, by direct
 // convolution. Every tap is summed in the order of decon.Conv (kernel z, y,
-// x ascending) in float32 without FMA contraction, so a convolution is
-// bit-identical to the CPU's. Sums for the stop rule and alpha are float64
+// x ascending) by an explicit float32 FMA (__fmaf_rn: one rounding per tap,
+// which decon.Conv emulates exactly), so a convolution is bit-identical to
+// the CPU's; every other expression is unfused (nvcc -fmad=false), as Go. Sums for the stop rule and alpha are float64
 // (atomics: order differs from the CPU). Percentiles by a three-pass radix
 // selection on the float bits (12, 12, 8 bits).
 #include "common.cuh"
@@ -104,10 +105,8 @@ extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __re
                 float kv = __ldg(kr + c);
                 int off = 2 * cx - c;
 #pragma unroll
-                for (int j = 0; j < CPT; j++) {
-                    float p = kv * row[j + off];
-                    s[j] = s[j] + p;
-                }
+                for (int j = 0; j < CPT; j++)
+                    s[j] = __fmaf_rn(kv, row[j + off], s[j]);
             }
         }
     }
@@ -153,7 +152,6 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
     const int TH = CBY + ky - 1;
     const int x0 = blockIdx.x * CBX * CPT2, y0 = blockIdx.y * CBY, z0 = blockIdx.z * ZB;
     const int lx = threadIdx.x, ly = threadIdx.y;
-    const int tid = ly * CBX + lx;
     float s[ZB][CPT2];
 #pragma unroll
     for (int o = 0; o < ZB; o++)
@@ -166,10 +164,17 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
             continue; // uniform over the block
         __syncthreads();
         const float* plane = src + (i64)sz * ny * nx;
-        for (int t = tid; t < TW * TH; t += CBX * CBY) {
-            int ty = t / TW, tx = t % TW;
-            int gy = y0 - cy + ty, gx = x0 - cx + tx;
-            tile[t] = (gy >= 0 && gy < ny && gx >= 0 && gx < nx) ? plane[(i64)gy * nx + gx] : 0.0f;
+        // a warp loads a tile row at a time (coalesced, no division)
+        for (int ty = ly; ty < TH; ty += CBY) {
+            int gy = y0 - cy + ty;
+            bool in = gy >= 0 && gy < ny;
+            const float* srow = plane + (i64)gy * nx;
+            float* trow = tile + ty * TW;
+#pragma unroll
+            for (int tx = lx; tx < TW; tx += CBX) {
+                int gx = x0 - cx + tx;
+                trow[tx] = (in && gx >= 0 && gx < nx) ? srow[gx] : 0.0f;
+            }
         }
         __syncthreads();
         for (int b = 0; b < ky; b++) {
@@ -193,10 +198,8 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
                 for (int c = 0; c < KX; c++) {
                     float kv = __ldg(kr + c);
 #pragma unroll
-                    for (int j = 0; j < CPT2; j++) {
-                        float p = kv * r[j + 2 * cx - c];
-                        s[o][j] = s[o][j] + p;
-                    }
+                    for (int j = 0; j < CPT2; j++)
+                        s[o][j] = __fmaf_rn(kv, r[j + 2 * cx - c], s[o][j]);
                 }
             }
         }
