@@ -7,10 +7,15 @@ import (
 	"testing"
 )
 
-// fma32 is axpyFMA for one value: a*b + c rounded once to float32.
-func fma32(a, b, c float32) float32 {
+// fma32 is axpyFMA for one value: a*b + c rounded once to float32, by the
+// dispatching form (vec) or axpyFMAGo.
+func fma32(a, b, c float32, vec bool) float32 {
 	o := [1]float32{c}
-	axpyFMA(o[:], []float32{b}, a)
+	if vec {
+		axpyFMA(o[:], []float32{b}, a)
+	} else {
+		axpyFMAGo(o[:], []float32{b}, a)
+	}
 	return o[0]
 }
 
@@ -29,7 +34,7 @@ func exactFMA32(a, b, c float32) float32 {
 	return f
 }
 
-// TestFMA32 checks axpyFMA (through fma32) bit for bit against the exact sum rounded once:
+// TestFMA32 checks axpyFMA and axpyFMAGo (through fma32) bit for bit against the exact sum rounded once:
 // random operands over the whole float32 range, intensities like a
 // convolution's, subnormals, and sums built to fall within 2^-60 of a
 // float32 midpoint, where rounding the float64 sum again gives the wrong
@@ -39,11 +44,14 @@ func TestFMA32(t *testing.T) {
 	var n, naive, bad int
 	check := func(a, b, c float32) {
 		n++
-		got, want := fma32(a, b, c), exactFMA32(a, b, c)
-		if math.Float32bits(got) != math.Float32bits(want) {
-			bad++
-			if bad <= 10 {
-				t.Errorf("fma32(%g, %g, %g) = %g (%#x), exact %g (%#x)", a, b, c, got, math.Float32bits(got), want, math.Float32bits(want))
+		want := exactFMA32(a, b, c)
+		for _, vec := range []bool{false, true} {
+			got := fma32(a, b, c, vec)
+			if math.Float32bits(got) != math.Float32bits(want) {
+				bad++
+				if bad <= 10 {
+					t.Errorf("fma(%g, %g, %g) = %g (%#x), exact %g (%#x) (vector form %v)", a, b, c, got, math.Float32bits(got), want, math.Float32bits(want), vec && haveFMA)
+				}
 			}
 		}
 		if float32(float64(a)*float64(b)+float64(c)) != want {
@@ -98,15 +106,50 @@ func TestFMA32(t *testing.T) {
 	}
 }
 
-// BenchmarkFMA32 prints the cost of one emulated tap.
-func BenchmarkFMA32(b *testing.B) {
+// TestAxpyFMARows checks the vector form's blocks of 32 and 8 and its
+// tail against axpyFMAGo on rows of every length up to 100 (bit for bit),
+// and that it touches nothing past n.
+func TestAxpyFMARows(t *testing.T) {
+	if !haveFMA {
+		t.Logf("no AVX2+FMA here: axpyFMA is axpyFMAGo")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := range 101 {
+		s := make([]float32, n+1)
+		o := make([]float32, n+1)
+		for i := range s {
+			s[i] = float32(rng.Float64() * 5000)
+			o[i] = float32(rng.Float64() * 5000)
+		}
+		want := append([]float32(nil), o...)
+		kv := float32(rng.Float64())
+		axpyFMA(o[:n], s[:n], kv)
+		axpyFMAGo(want[:n], s[:n], kv)
+		for i := range o {
+			if math.Float32bits(o[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n=%d: o[%d] = %g, axpyFMAGo %g", n, i, o[i], want[i])
+			}
+		}
+	}
+}
+
+// BenchmarkAxpyFMA prints the cost of one tap of the CPU convolution: the
+// dispatching form and the portable one.
+func BenchmarkAxpyFMA(b *testing.B) {
 	o := make([]float32, 4096)
 	s := make([]float32, 4096)
 	for i := range s {
 		s[i] = float32(i%977) * 1.25
 	}
-	for b.Loop() {
-		axpyFMA(o, s, 0.0123)
+	for _, c := range []struct {
+		name string
+		f    func(o, s []float32, kv float32)
+	}{{"dispatch", axpyFMA}, {"go", axpyFMAGo}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				c.f(o, s, 0.0123)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(o)), "ns/tap")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(o)), "ns/tap")
 }

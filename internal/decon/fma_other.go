@@ -1,0 +1,8 @@
+//go:build !amd64
+
+package decon
+
+// haveFMA: no vector form on this architecture; axpyFMA runs axpyFMAGo.
+const haveFMA = false
+
+func axpyFMAVec(o, s *float32, n int, kv float32) { panic("decon: axpyFMAVec on " + "non-amd64") }
