@@ -236,14 +236,9 @@ func deconTileFloats(k *psf.Kernel) int {
 func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx, mode int, aux, wz, sums cu.DevicePtr) {
 	if deconFixed(k) {
 		const cpt = 8
-		nv := (cpt + k.NX - 1 + 3) / 4
-		tw := deconCBX*cpt + 4*nv - cpt
-		zb := 1 // output planes per block: a 3D kernel's source tiles serve 4 planes
-		if k.NZ > 1 {
-			zb = 4
-		}
-		d := dim{gx: (nx + deconCBX*cpt - 1) / (deconCBX * cpt), gy: (ny + deconCBY - 1) / deconCBY, gz: (nz + zb - 1) / zb,
-			bx: deconCBX, by: deconCBY, bz: 1, shmem: tw * (deconCBY + k.NY - 1) * 4}
+		zb, rows, tw := deconFixedTile(k)
+		d := dim{gx: (nx + deconCBX*cpt - 1) / (deconCBX * cpt), gy: (ny + rows - 1) / rows, gz: (nz + zb - 1) / zb,
+			bx: deconCBX, by: deconCBY, bz: 1, shmem: tw * (rows + k.NY - 1) * 4}
 		e.launchDeconConvKZ(k.NX, zb, d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
 		return
 	}
@@ -255,14 +250,31 @@ func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx,
 	e.launchDeconConv(d, dst, src, kd, k.NZ, k.NY, k.NX, nz, ny, nx, mode, aux, decon.Eps)
 }
 
-// deconFixed reports whether k has a compile-time specialisation that fits
-// 48 KB of shared memory.
+// deconFixedTile returns the block of k's compile-time specialisation
+// decon_conv_kN_zB: zb output planes (4 for a 3D kernel, whose source tiles
+// then serve 4 planes, else 1), rows output rows (CONV_RY of kernels/decon.cu
+// per thread: 2 with one plane, else 1) and the shared tile's width tw in
+// floats (8 outputs per thread along x plus the kernel's halo, rounded up
+// for float4 loads).
+func deconFixedTile(k *psf.Kernel) (zb, rows, tw int) {
+	const cpt = 8
+	nv := (cpt + k.NX - 1 + 3) / 4
+	tw = deconCBX*cpt + 4*nv - cpt
+	zb, rows = 1, 2*deconCBY
+	if k.NZ > 1 {
+		zb, rows = 4, deconCBY
+	}
+	return zb, rows, tw
+}
+
+// deconFixed reports whether k has a compile-time specialisation whose tile
+// ((rows + ky - 1) x tw floats) fits 46 KiB of shared memory.
 func deconFixed(k *psf.Kernel) bool {
 	if k.NX > 15 || k.NX%2 == 0 {
 		return false
 	}
-	nv := (8 + k.NX - 1 + 3) / 4
-	return (deconCBX*8+4*nv-8)*(deconCBY+k.NY-1)*4 <= 46<<10
+	_, rows, tw := deconFixedTile(k)
+	return tw*(rows+k.NY-1)*4 <= 46<<10
 }
 
 // deconCommon is what both forms of a run (resident, deconRun; streamed,

@@ -131,15 +131,21 @@ extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __re
 }
 
 // conv_fixed is decon_conv for a kernel KX wide (compile time), each thread
-// computing CPT2 contiguous outputs along x in ZB consecutive planes, from a
-// register copy of its tile row segment (vector loads); each source plane's
-// tile is loaded once for the ZB output planes. Every output gets the same
-// sums in the same order as decon.Conv (kernel plane a ascending, i.e.
-// source plane descending, then rows, then columns). Mode 3 is mode 2 plus
-// the stop rule's sum sums[0] += w[z]*(aux - dst)^2 (RL without windows:
-// cur = y = aux).
+// computing CPT2 contiguous outputs along x in RY consecutive rows of ZB
+// consecutive planes, from register copies of its tile row segments (vector
+// loads); each source plane's tile is loaded once for the ZB output planes,
+// each kernel weight once for the RY rows. Every output gets the same sums
+// in the same order as decon.Conv (kernel plane a ascending, i.e. source
+// plane descending, then rows, then columns), one FMA per tap. Mode 3 is
+// mode 2 plus the stop rule's sum sums[0] += w[z]*(aux - dst)^2 (RL without
+// windows: cur = y = aux).
 #define CPT2 8
-template <int KX, int ZB>
+// CONV_RY: output rows per thread; two for one-plane kernels (the tile's
+// halo rows and the weights serve twice the outputs), one for 3D kernels,
+// whose ZB = 4 planes of accumulators already fill the registers
+// (gpu.deconFixedTile mirrors it).
+#define CONV_RY(ZB) ((ZB) == 1 ? 2 : 1)
+template <int KX, int ZB, int RY>
 __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float* __restrict__ src, const float* __restrict__ k,
     int kz, int ky, int nz, int ny, int nx, int mode, const float* __restrict__ aux, float eps, const double* __restrict__ wz, double* sums)
 {
@@ -149,15 +155,19 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
     const int NR = CPT2 + KX - 1;     // row values a thread needs
     const int NV = (NR + 3) / 4;      // float4 loads
     const int TW = CBX * CPT2 + 4 * NV - CPT2; // >= CBX*CPT2 + KX - 1, multiple of 4
-    const int TH = CBY + ky - 1;
-    const int x0 = blockIdx.x * CBX * CPT2, y0 = blockIdx.y * CBY, z0 = blockIdx.z * ZB;
+    const int TH = CBY * RY + ky - 1;
+    const int x0 = blockIdx.x * CBX * CPT2, y0 = blockIdx.y * CBY * RY, z0 = blockIdx.z * ZB;
     const int lx = threadIdx.x, ly = threadIdx.y;
-    float s[ZB][CPT2];
+    // thread (lx, ly) computes rows y0 + ly*RY + q (q < RY), columns
+    // x0 + lx*CPT2 + j (j < CPT2), planes z0 + o (o < ZB)
+    float s[ZB][RY][CPT2];
 #pragma unroll
     for (int o = 0; o < ZB; o++)
 #pragma unroll
-        for (int j = 0; j < CPT2; j++)
-            s[o][j] = 0.0f;
+        for (int q = 0; q < RY; q++)
+#pragma unroll
+            for (int j = 0; j < CPT2; j++)
+                s[o][q][j] = 0.0f;
     // source planes from the highest (a = 0 of the last output plane) down
     for (int sz = z0 + ZB - 1 + cz; sz >= z0 - cz; sz--) {
         if (sz < 0 || sz >= nz)
@@ -178,15 +188,19 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
         }
         __syncthreads();
         for (int b = 0; b < ky; b++) {
-            const float4* row4 = (const float4*)(tile + (ly + 2 * cy - b) * TW + lx * CPT2);
-            float r[4 * NV];
+            // output row ly*RY + q takes tile row ly*RY + q + 2cy - b
+            float r[RY][4 * NV];
 #pragma unroll
-            for (int v = 0; v < NV; v++) {
-                float4 q = row4[v];
-                r[4 * v] = q.x;
-                r[4 * v + 1] = q.y;
-                r[4 * v + 2] = q.z;
-                r[4 * v + 3] = q.w;
+            for (int q = 0; q < RY; q++) {
+                const float4* row4 = (const float4*)(tile + (ly * RY + q + 2 * cy - b) * TW + lx * CPT2);
+#pragma unroll
+                for (int v = 0; v < NV; v++) {
+                    float4 f = row4[v];
+                    r[q][4 * v] = f.x;
+                    r[q][4 * v + 1] = f.y;
+                    r[q][4 * v + 2] = f.z;
+                    r[q][4 * v + 3] = f.w;
+                }
             }
 #pragma unroll
             for (int o = 0; o < ZB; o++) {
@@ -198,39 +212,46 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
                 for (int c = 0; c < KX; c++) {
                     float kv = __ldg(kr + c);
 #pragma unroll
-                    for (int j = 0; j < CPT2; j++)
-                        s[o][j] = __fmaf_rn(kv, r[j + 2 * cx - c], s[o][j]);
+                    for (int q = 0; q < RY; q++)
+#pragma unroll
+                        for (int j = 0; j < CPT2; j++)
+                            s[o][q][j] = __fmaf_rn(kv, r[q][j + 2 * cx - c], s[o][q][j]);
                 }
             }
         }
     }
-    int y = y0 + ly;
     double part = 0;
 #pragma unroll
     for (int o = 0; o < ZB; o++) {
         int z = z0 + o;
-        if (y >= ny || z >= nz)
+        if (z >= nz)
             continue;
         double wv = mode == 3 ? wz[z] : 0.0;
 #pragma unroll
-        for (int j = 0; j < CPT2; j++) {
-            int x = x0 + lx * CPT2 + j;
-            if (x >= nx)
+        for (int q = 0; q < RY; q++) {
+            int y = y0 + ly * RY + q;
+            if (y >= ny)
                 continue;
-            i64 i = ((i64)z * ny + y) * nx + x;
-            float v = s[o][j];
-            if (mode == 1) {
-                float d = v < eps ? eps : v;
-                v = aux[i] / d;
-            } else if (mode >= 2) {
-                float c0 = aux[i];
-                v = v * c0;
-                if (mode == 3) {
-                    double d = (double)c0 - (double)v;
-                    part += wv * (d * d);
+#pragma unroll
+            for (int j = 0; j < CPT2; j++) {
+                int x = x0 + lx * CPT2 + j;
+                if (x >= nx)
+                    continue;
+                i64 i = ((i64)z * ny + y) * nx + x;
+                float v = s[o][q][j];
+                if (mode == 1) {
+                    float d = v < eps ? eps : v;
+                    v = aux[i] / d;
+                } else if (mode >= 2) {
+                    float c0 = aux[i];
+                    v = v * c0;
+                    if (mode == 3) {
+                        double d = (double)c0 - (double)v;
+                        part += wv * (d * d);
+                    }
                 }
+                dst[i] = v;
             }
-            dst[i] = v;
         }
     }
     if (mode == 3) {
@@ -256,7 +277,7 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
         const float* k, int kz, int ky, int nz, int ny, int nx, int mode, const float* aux, float eps, const double* wz,      \
         double* sums)                                                                                                           \
     {                                                                                                                           \
-        conv_fixed<KX, ZB>(dst, src, k, kz, ky, nz, ny, nx, mode, aux, eps, wz, sums);                                          \
+        conv_fixed<KX, ZB, CONV_RY(ZB)>(dst, src, k, kz, ky, nz, ny, nx, mode, aux, eps, wz, sums);                             \
     }
 #define CONV_FIXED_Z(KX) CONV_FIXED(KX, 1) CONV_FIXED(KX, 4)
 CONV_FIXED_Z(1)
