@@ -236,7 +236,9 @@ func DampingKernel() *psf.Kernel {
 
 // Conv is MATLAB's convn(src, k, 'same') for odd kernels: dst(z,y,x) =
 // Σ k(a,b,c)·src(z+cz-a, y+cy-b, x+cx-c) with zeros outside src, summed in
-// float32 in the order a, b, c (the GPU kernel sums in the same order).
+// float32 in the order a, b, c, each tap one fused multiply-add (a single
+// rounding, axpyFMA): the GPU kernels sum in the same order with the same
+// FMA, so their results are the same bits.
 func Conv(dst, src *raster.Stack, k *psf.Kernel, workers int) {
 	nz, ny, nx := src.N, src.H, src.W
 	cz, cy, cx := k.NZ/2, k.NY/2, k.NX/2

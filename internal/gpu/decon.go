@@ -21,9 +21,9 @@ import (
 // padding, windows, stop rule, Biggs-Andrews prediction, RL-TV factor,
 // free boundary, percentile clip and rescale) with every array on the
 // device. Convolutions are direct
-// (kernels/decon.cu: shared-memory tiles, 4 outputs per thread), summed in
-// the CPU's order without FMA, so each convolution is bit-identical to
-// decon.Conv; the float64 sums of the stop rule and α use atomics, so their
+// (kernels/decon.cu: shared-memory tiles, 8 outputs along x per thread in
+// one or two rows), summed in the CPU's order, one float32 FMA per tap as
+// the CPU's, so each convolution is bit-identical to decon.Conv; the float64 sums of the stop rule and α use atomics, so their
 // order differs from the CPU's and the stop decision can differ only when
 // delta_rel is within rounding of the criterion. Percentiles are exact (a
 // radix selection on the float bits). With a one-plane PSF and no damping,

@@ -403,7 +403,7 @@ func TestDeconFFT(t *testing.T) {
 // padded stack (20 x 7600 x 12800 float32, about the 12676 x 7493 mosaic
 // padded) with a 9 x 9 x 1 kernel (the light-sheet PSF of channels 2-4),
 // epilogue mode 0: milliseconds per launch and taps per second (one tap:
-// a float32 multiply and add, unfused).
+// one float32 FMA).
 func BenchmarkDeconConv(b *testing.B) {
 	const nz, ny, nx = 20, 7600, 12800
 	k := &psf.Kernel{NZ: 1, NY: 9, NX: 9, Data: make([]float32, 81)}
