@@ -5,4 +5,4 @@ package decon
 // haveFMA: no vector form on this architecture; axpyFMA runs axpyFMAGo.
 const haveFMA = false
 
-func axpyFMAVec(o, s *float32, n int, kv float32) { panic("decon: axpyFMAVec on " + "non-amd64") }
+func axpyFMAVec(o, s *float32, n int, kv float32) { panic("decon: axpyFMAVec: no vector form on this architecture") }
