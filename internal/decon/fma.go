@@ -49,9 +49,10 @@ func axpyFMAGo(o, s []float32, kv float32) {
 }
 
 // fma32Tie rounds the exact p + c to float32 given s = p + c rounded to
-// float64 (p, c and s finite). The exact sum is s + e (TwoSum); rounding s
-// to float32 is right unless s is exactly halfway between two float32
-// values and e is not zero, when the exact sum lies on e's side of s.
+// float64. The exact sum is s + e (TwoSum); rounding s to float32 is right
+// unless s is exactly halfway between two float32 values and e is not
+// zero, when the exact sum lies on e's side of s. A NaN s (whose fraction
+// bits can pass axpyFMAGo's midpoint test) is returned as float32(s).
 func fma32Tie(p, c, s float64) float32 {
 	bb := s - p
 	e := (p - (s - bb)) + (c - bb)

@@ -20,12 +20,12 @@ import (
 // Decon is the GPU decon.Deconvolver: the algorithm of decon.CPU (the same
 // padding, windows, stop rule, Biggs-Andrews prediction, RL-TV factor,
 // free boundary, percentile clip and rescale) with every array on the
-// device. Convolutions are direct
-// (kernels/decon.cu: shared-memory tiles, 8 outputs along x per thread in
-// one or two rows), summed in the CPU's order, one float32 FMA per tap as
-// the CPU's, so each convolution is bit-identical to decon.Conv; the float64 sums of the stop rule and α use atomics, so their
-// order differs from the CPU's and the stop decision can differ only when
-// delta_rel is within rounding of the criterion. Percentiles are exact (a
+// device. Convolutions are direct (kernels/decon.cu: shared-memory tiles,
+// 8 outputs along x per thread in one or two rows), summed in the CPU's
+// order, one float32 FMA per tap as the CPU's, so each convolution is
+// bit-identical to decon.Conv; the float64 sums of the stop rule and α use
+// atomics, so their order differs from the CPU's and the stop decision can
+// differ only when delta_rel is within rounding of the criterion. Percentiles are exact (a
 // radix selection on the float bits). With a one-plane PSF and no damping,
 // the mirrored z-padding planes are copies of real planes that evolve
 // identically, so only the real planes are computed and weighted by their
@@ -216,11 +216,14 @@ func (e *Engine) DeconvolveDevice(ctx context.Context, in *DevStack, k *psf.Kern
 	return out, st, nil
 }
 
-// Launch geometry of decon_conv (kernels/decon.cu).
+// Launch geometry of decon_conv and decon_conv_kN_zB (kernels/decon.cu):
+// blocks of deconCBX x deconCBY threads, each computing deconCPT (CPT)
+// outputs along x in decon_conv, deconCPT2 (CPT2) in the specialisations.
 const (
-	deconCBX = 32
-	deconCBY = 8
-	deconCPT = 4
+	deconCBX  = 32
+	deconCBY  = 8
+	deconCPT  = 4
+	deconCPT2 = 8
 )
 
 func deconTileFloats(k *psf.Kernel) int {
@@ -235,9 +238,8 @@ func deconTileFloats(k *psf.Kernel) int {
 // generic decon_conv (no mode 3).
 func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx, mode int, aux, wz, sums cu.DevicePtr) {
 	if deconFixed(k) {
-		const cpt = 8
 		zb, rows, tw := deconFixedTile(k)
-		d := dim{gx: (nx + deconCBX*cpt - 1) / (deconCBX * cpt), gy: (ny + rows - 1) / rows, gz: (nz + zb - 1) / zb,
+		d := dim{gx: (nx + deconCBX*deconCPT2 - 1) / (deconCBX * deconCPT2), gy: (ny + rows - 1) / rows, gz: (nz + zb - 1) / zb,
 			bx: deconCBX, by: deconCBY, bz: 1, shmem: tw * (rows + k.NY - 1) * 4}
 		e.launchDeconConvKZ(k.NX, zb, d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
 		return
@@ -257,9 +259,8 @@ func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx,
 // floats (8 outputs per thread along x plus the kernel's halo, rounded up
 // for float4 loads).
 func deconFixedTile(k *psf.Kernel) (zb, rows, tw int) {
-	const cpt = 8
-	nv := (cpt + k.NX - 1 + 3) / 4
-	tw = deconCBX*cpt + 4*nv - cpt
+	nv := (deconCPT2 + k.NX - 1 + 3) / 4
+	tw = deconCBX*deconCPT2 + 4*nv - deconCPT2
 	zb, rows = 1, 2*deconCBY
 	if k.NZ > 1 {
 		zb, rows = 4, deconCBY
