@@ -92,6 +92,7 @@ type fitInput struct {
 	f32     []float32
 	u16     [][]uint16
 	dev     cu.DevicePtr // uint16 counts already on the device (DevTiles), n x h x w; kept
+	ready   event        // dev's upload still in flight completes at it (0: none)
 }
 
 // Scalar slots of kernels/basic.cu.
@@ -553,6 +554,9 @@ func (e *Engine) resizeInputs(ctx context.Context, ins []fitInput, D cu.DevicePt
 		var resizeY func(d dim, tmp, src cu.DevicePtr, sw, dh int, start, cnt, off, w cu.DevicePtr, scale float32, srcStride, tmpStride int64)
 		owned := in.dev == 0
 		if in.dev != 0 {
+			if in.ready != 0 {
+				streamWait(e.compute, in.ready)
+			}
 			src = in.dev
 			resizeY = e.launchResizeYU16
 		} else if in.u16 != nil {

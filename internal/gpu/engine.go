@@ -44,6 +44,7 @@ type Engine struct {
 	cuctx   cu.Context
 	compute cu.Stream
 	copy    cu.Stream
+	up      cu.Stream // UploadTiles' copies (made at the first), beside copy's
 	fns     map[string]cu.Function
 	pool    pool
 	stage   stager
@@ -509,6 +510,9 @@ func (e *Engine) destroy() {
 		}
 		if e.copy != 0 {
 			e.copy.Destroy()
+		}
+		if e.up != 0 {
+			e.up.Destroy()
 		}
 		if e.xev != 0 {
 			e.xev.destroy()

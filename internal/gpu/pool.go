@@ -223,6 +223,32 @@ func (e *Engine) upload(segs []hostSeg) {
 	streamWait(e.compute, s.done)
 }
 
+// uploadAsync is upload for page-locked host memory without the wait: the
+// copies go on the up stream and the returned event completes when they
+// have (the host memory must stay as it is until then; the compute stream
+// is not ordered after them: streamWait on the event first). Segments not
+// all page-locked are uploaded by upload, and the event is 0.
+func (e *Engine) uploadAsync(segs []hostSeg) event {
+	if staged, _ := e.splitPinned(segs); len(staged) > 0 {
+		e.upload(segs)
+		return 0
+	}
+	if e.up == 0 {
+		e.up = cu.StreamCreate()
+	}
+	// The device buffers may be recycled from work still queued on the
+	// compute stream: the copies start after it.
+	s := &e.stage
+	s.cdone.record(e.compute)
+	streamWait(e.up, s.cdone)
+	for _, sg := range segs {
+		cu.MemcpyHtoDAsync(sg.dev, sg.host, sg.n, e.up)
+	}
+	ev := eventCreate()
+	ev.record(e.up)
+	return ev
+}
+
 // download copies device ranges (written by the compute stream) into host
 // segments and returns when the host memory holds the data.
 func (e *Engine) download(segs []hostSeg) {

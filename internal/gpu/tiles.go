@@ -22,10 +22,16 @@ type DevTiles struct {
 	e       *Engine
 	N, H, W int
 	ptr     cu.DevicePtr
+	ready   event // the upload completes at it (0: it had when UploadTiles returned)
 }
 
-// UploadTiles copies a plane's raw tiles to the device; it returns when
-// the tiles may be reused.
+// UploadTiles copies a plane's raw tiles to the device. Tiles in the
+// engine's page-locked planes (NewPlane) are copied on a stream of their
+// own while the GPU goes on with earlier work, and UploadTiles returns at
+// once: such tiles must stay unchanged until the DevTiles is freed (Free
+// waits for the copy); FitTiles and CorrectAndBlendTiles order their work
+// after it. Other tiles are copied before it returns and may be reused
+// then.
 func (e *Engine) UploadTiles(ctx context.Context, tiles []*raster.Gray16) (basic.DeviceTiles, error) {
 	if len(tiles) < 1 || tiles[0] == nil {
 		return nil, fmt.Errorf("basic: no tiles to upload")
@@ -43,7 +49,7 @@ func (e *Engine) UploadTiles(ctx context.Context, tiles []*raster.Gray16) (basic
 		for k, g := range tiles {
 			segs[k] = hostSeg{host: unsafe.Pointer(&g.Pix[0]), dev: t.ptr + cu.DevicePtr(int64(k)*plane*2), n: plane * 2}
 		}
-		e.upload(segs)
+		t.ready = e.uploadAsync(segs)
 		return nil
 	})
 	if err != nil {
@@ -53,11 +59,24 @@ func (e *Engine) UploadTiles(ctx context.Context, tiles []*raster.Gray16) (basic
 	return t, nil
 }
 
-// Free gives the tiles' device memory back; a second Free does nothing.
+// Free waits for the tiles' upload (their host memory may be reused on
+// return) and gives their device memory back; a second Free does nothing.
 func (t *DevTiles) Free() {
-	if t != nil {
-		t.e.freeDevice("free tiles", &t.ptr)
+	if t == nil || (t.ptr == 0 && t.ready == 0) {
+		return
 	}
+	_ = t.e.do(context.Background(), "free tiles", func() error {
+		if t.ready != 0 {
+			t.ready.synchronize()
+			t.ready.destroy()
+			t.ready = 0
+		}
+		if t.ptr != 0 {
+			t.e.release(t.ptr)
+			t.ptr = 0
+		}
+		return nil
+	})
 }
 
 // devTiles checks that dt is live tiles of this engine.
@@ -84,7 +103,7 @@ func (e *Engine) FitTiles(ctx context.Context, planes []basic.DeviceTiles, p bas
 		if t.N < 2 {
 			return nil, fmt.Errorf("basic: plane %d: need at least 2 tiles, got %d", i, t.N)
 		}
-		ins[i] = fitInput{n: t.N, h: t.H, w: t.W, dev: t.ptr}
+		ins[i] = fitInput{n: t.N, h: t.H, w: t.W, dev: t.ptr, ready: t.ready}
 	}
 	return e.fit(ctx, ins, p, defaultFitBatch)
 }
@@ -130,6 +149,9 @@ func (e *Engine) CorrectAndBlendTilesDevice(ctx context.Context, dt basic.Device
 	err = e.do(ctx, "correct and blend", func() error {
 		if t.ptr == 0 {
 			return fmt.Errorf("basic: tiles freed")
+		}
+		if t.ready != 0 {
+			streamWait(e.compute, t.ready)
 		}
 		out.ptr = e.alloc(int64(g.outW) * int64(g.outH) * 2)
 		e.blendRawInto(g, t.ptr, t.N, t.H, t.W, prof, flatMin, out.ptr)

@@ -68,6 +68,79 @@ func TestTilesOnDeviceMatchHostForms(t *testing.T) {
 	}
 }
 
+// TestTilesUploadedBehind: tiles in the engine's page-locked planes are
+// uploaded on the up stream without a wait (UploadTiles returns with the
+// copy in flight), and FitTiles and CorrectAndBlendTiles called at once
+// after it still see every byte: the same profiles and mosaics, bit for
+// bit, as Fit and CorrectAndBlend from the host (tiles large enough that
+// the copy outlasts a kernel launch by milliseconds).
+func TestTilesUploadedBehind(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(8, 1))
+	p := basic.Production()
+	bp := blend.Params{Sigma: 15, OverlapY: 0.3, OverlapX: 0.3}
+	const rows, cols, h, w = 5, 6, 1024, 1280
+	var planes, pinned [][]*raster.Gray16
+	var pos []raster.Point
+	for range 3 {
+		tiles, ps, _ := randomMosaic(rng, rows, cols, h, w, 0.3)
+		planes, pos = append(planes, tiles), ps
+		var pl []*raster.Gray16
+		for _, tl := range tiles {
+			g, err := testEngine.NewPlane(ctx, w, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(g.Pix, tl.Pix)
+			pl = append(pl, g)
+		}
+		pinned = append(pinned, pl)
+		defer raster.FreePlanes(testEngine, pl)
+	}
+	want, err := testEngine.Fit(ctx, planes, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload := func(tiles []*raster.Gray16) basic.DeviceTiles {
+		dt, err := testEngine.UploadTiles(ctx, tiles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dt.(*DevTiles).ready == 0 {
+			t.Fatal("page-locked tiles were uploaded with a wait")
+		}
+		return dt
+	}
+	// Blended straight after the upload.
+	dt := upload(pinned[0])
+	got0, err := testEngine.CorrectAndBlendTiles(ctx, dt, &want[0], 0.1, pos, bp)
+	dt.Free()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want0, err := testEngine.CorrectAndBlend(ctx, planes[0], &want[0], 0.1, pos, bp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got0.Pix, want0.Pix) {
+		t.Error("a mosaic blended straight after its upload differs from CorrectAndBlend's")
+	}
+	testEngine.FreePlane(got0)
+	// Fitted straight after the upload.
+	dts := []basic.DeviceTiles{upload(pinned[1]), upload(pinned[2])}
+	got, err := testEngine.FitTiles(ctx, dts, p)
+	for _, d := range dts {
+		d.Free()
+		d.Free() // a second Free does nothing
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want[1:]) {
+		t.Error("profiles fitted straight after the upload differ from Fit's")
+	}
+}
+
 // TestDeviceMosaicIntoStack: CorrectAndBlendTilesDevice's mosaic, put into
 // a decon device stack on the device (PutPlaneFromDevice), gives the
 // float32 plane and the measure that the host mosaic uploaded gives

@@ -543,6 +543,7 @@ func (r *cycleRun) planPipeline() (memPlan, error) {
 type planeData struct {
 	pl    plane
 	tiles []*raster.Gray16
+	dev   basic.DeviceTiles // the tiles on a TileEngine's device (uploader); nil otherwise
 	err   error
 }
 
@@ -687,13 +688,83 @@ func (rd *reader) stop() {
 	<-rd.finished
 }
 
+// uploader sends each plane the reader hands over to a TileEngine's
+// device as soon as it is read (TileEngine.UploadTiles), so that its copy
+// runs beside the GPU's work on the planes before it instead of in front
+// of its own fit. It holds no plane of its own: the planes on the device
+// are those the reader's slots allow (read and not yet blended).
+type uploader struct {
+	out      chan planeData
+	cancel   context.CancelFunc
+	finished chan struct{}
+}
+
+// startUploader starts uploading the next n planes of rd to te's device.
+func (r *cycleRun) startUploader(ctx context.Context, te TileEngine, rd *reader, n int) *uploader {
+	ctx, cancel := context.WithCancel(ctx)
+	u := &uploader{out: make(chan planeData, n), cancel: cancel, finished: make(chan struct{})}
+	go func() {
+		defer close(u.finished)
+		for range n {
+			d, err := rd.next(ctx)
+			if err == nil {
+				if d.dev, err = te.UploadTiles(ctx, d.tiles); err != nil {
+					err = fmt.Errorf("cycle %d CH%d Z%d: tiles to the device: %w", r.o.Cycle, d.pl.ch, d.pl.z, err)
+				}
+			}
+			if d.err == nil {
+				d.err = err
+			}
+			u.out <- d
+			if d.err != nil {
+				return
+			}
+		}
+	}()
+	return u
+}
+
+// next returns the next plane uploaded, in order.
+func (u *uploader) next(ctx context.Context) (planeData, error) {
+	select {
+	case d := <-u.out:
+		return d, d.err
+	case <-ctx.Done():
+		return planeData{}, ctx.Err()
+	}
+}
+
+// stop stops the uploader and frees the device tiles of the planes it
+// uploaded that were not taken.
+func (u *uploader) stop() {
+	u.cancel()
+	<-u.finished
+	for {
+		select {
+		case d := <-u.out:
+			if d.dev != nil {
+				d.dev.Free()
+			}
+		default:
+			return
+		}
+	}
+}
+
 // pipeline runs every plane of the cycle under mp, from reader rd: read
-// ahead, fitted in batches (the reference plane keeps its profile),
-// corrected and blended, and written behind into dir. It returns the most
-// planes of raw tiles held at once.
+// ahead (on a TileEngine sent to its device as read: uploader), fitted in
+// batches (the reference plane keeps its profile), corrected and blended,
+// and written behind into dir. It returns the most planes of raw tiles
+// held at once.
 func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, rd *reader, dir string, start time.Time) (int, error) {
 	total := r.nPlanes
 	done := 0
+	next := rd.next
+	if te, ok := r.o.Engine.(TileEngine); ok {
+		up := r.startUploader(ctx, te, rd, total)
+		defer up.stop()
+		next = up.next
+	}
 	for lo, n := 0, 0; lo < total; lo += n {
 		n = min(mp.Batch, total-lo)
 		if r.o.Sink != nil {
@@ -701,7 +772,7 @@ func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, rd *reader, dir str
 		}
 		b := make([]planeData, 0, n)
 		for range n {
-			d, err := rd.next(ctx)
+			d, err := next(ctx)
 			if err != nil {
 				return 0, err
 			}
@@ -744,8 +815,9 @@ func channelBatch(lo, nz, batch int) int {
 func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, dir string, done *int, total int) error {
 	o, ref := r.o, r.ref
 	t0 := time.Now()
-	// With a TileEngine each plane's tiles go to the device once, for the
-	// fit and the blending; they are freed as each plane is blended.
+	// With a TileEngine each plane's tiles went to the device once, as
+	// read (uploader), for the fit and the blending; they are freed as each
+	// plane is blended.
 	te, onDevice := o.Engine.(TileEngine)
 	var dts []basic.DeviceTiles
 	if onDevice {
@@ -758,9 +830,11 @@ func (r *cycleRun) batchPlanes(ctx context.Context, b []planeData, rd *reader, d
 			}
 		}()
 		for i := range b {
-			var err error
-			if dts[i], err = te.UploadTiles(ctx, b[i].tiles); err != nil {
-				return fmt.Errorf("cycle %d CH%d Z%d: tiles to the device: %w", o.Cycle, b[i].pl.ch, b[i].pl.z, err)
+			dts[i], b[i].dev = b[i].dev, nil
+		}
+		for i, d := range dts {
+			if d == nil {
+				return fmt.Errorf("cycle %d CH%d Z%d: tiles not on the device", o.Cycle, b[i].pl.ch, b[i].pl.z)
 			}
 		}
 	}
