@@ -667,9 +667,13 @@ func (s *slots) change(f func()) {
 }
 
 // next returns the next plane read, in order.
-func (rd *reader) next(ctx context.Context) (planeData, error) {
+func (rd *reader) next(ctx context.Context) (planeData, error) { return nextPlane(ctx, rd.ready) }
+
+// nextPlane receives the next plane from ch, with its error; ctx's error
+// when ctx ends first.
+func nextPlane(ctx context.Context, ch <-chan planeData) (planeData, error) {
 	select {
-	case d := <-rd.ready:
+	case d := <-ch:
 		return d, d.err
 	case <-ctx.Done():
 		return planeData{}, ctx.Err()
@@ -725,14 +729,7 @@ func (r *cycleRun) startUploader(ctx context.Context, te TileEngine, rd *reader,
 }
 
 // next returns the next plane uploaded, in order.
-func (u *uploader) next(ctx context.Context) (planeData, error) {
-	select {
-	case d := <-u.out:
-		return d, d.err
-	case <-ctx.Done():
-		return planeData{}, ctx.Err()
-	}
-}
+func (u *uploader) next(ctx context.Context) (planeData, error) { return nextPlane(ctx, u.out) }
 
 // stop stops the uploader and frees the device tiles of the planes it
 // uploaded that were not taken.
