@@ -739,11 +739,19 @@ func (u *uploader) stop() {
 	for {
 		select {
 		case d := <-u.out:
-			if d.dev != nil {
-				d.dev.Free()
-			}
+			freeDevTiles([]planeData{d})
 		default:
 			return
+		}
+	}
+}
+
+// freeDevTiles frees the device tiles of the planes in b that have them
+// (a batch left before its fit).
+func freeDevTiles(b []planeData) {
+	for _, d := range b {
+		if d.dev != nil {
+			d.dev.Free()
 		}
 	}
 }
@@ -771,6 +779,7 @@ func (r *cycleRun) pipeline(ctx context.Context, mp memPlan, rd *reader, dir str
 		for range n {
 			d, err := next(ctx)
 			if err != nil {
+				freeDevTiles(b)
 				return 0, err
 			}
 			b = append(b, d)
