@@ -30,9 +30,15 @@ import (
 // the mirrored z-padding planes are copies of real planes that evolve
 // identically, so only the real planes are computed and weighted by their
 // multiplicity in the sums (the same result in 5/6 of the work for 20
-// planes). PSFs too large for the direct kernels' shared-memory tile, or
-// with more than deconFFTTaps taps, are convolved by cuFFT (decon_fft.go:
-// zero-padded windows, float32 FFT rounding instead of bit-identity).
+// planes). An iteration of Richardson-Lucy without TV or damping, the
+// stack in one window, is two passes: conv(y) into the ratio (convOut mode
+// 1), then conv(ratio, flip) into the new iterate with the free
+// boundary's division by α and the stop rule's sum in the same pass (modes
+// 3 and 4), instead of three more passes over the stack (decon_free,
+// decon_tv, decon_sums). PSFs too large for the direct kernels'
+// shared-memory tile, or with more than deconFFTTaps taps, are convolved
+// by cuFFT (decon_fft.go: zero-padded windows, float32 FFT rounding
+// instead of bit-identity).
 //
 // Memory: the iterates stay on the device when they fit the budget
 // (decon.Params.MemoryBudget, the whole run's device memory; 0 = the free
@@ -230,26 +236,38 @@ func deconTileFloats(k *psf.Kernel) int {
 	return (deconCBY + k.NY - 1) * (deconCBX*deconCPT + k.NX - 1)
 }
 
+// convOut is a direct convolution's epilogue (kernels/decon.cu: conv_out,
+// conv_fixed), s the convolution: mode 0 s; 1 aux/max(s, eps) (the RL
+// ratio); 2 s*aux (the RL update); 3 s*aux and the stop rule's sum into
+// sums with plane weights wz; 4 as 3 after the free boundary's division by
+// α (sat: decon.FreeAlpha's summed-area table; box: the observed box,
+// int32 z0, z1, y0, y1, x0, x1 on the device; the sum over the box only).
+// Modes 3 and 4 need a compile-time specialisation (deconFixed).
+type convOut struct {
+	mode          int
+	aux, wz, sums cu.DevicePtr
+	sat, box      cu.DevicePtr
+}
+
 // deconConv launches dst = conv(src, k) on a (nz, ny, nx) volume with the
-// epilogue mode (0 plain, 1 aux/max(s, eps), 2 s*aux, 3 s*aux and the stop
-// rule's sum into sums with plane weights wz). Kernels 1..15 wide run the
-// compile-time specialisations (decon_conv_kN_zB: 8 outputs per thread from
-// registers, B = 4 output planes per block for 3D kernels); others the
-// generic decon_conv (no mode 3).
-func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx, mode int, aux, wz, sums cu.DevicePtr) {
+// epilogue out. Kernels 1..15 wide run the compile-time specialisations
+// (decon_conv_kN_zB: 8 outputs per thread from registers, B = 4 output
+// planes per block for 3D kernels); others the generic decon_conv.
+func (e *Engine) deconConv(dst, src, kd cu.DevicePtr, k *psf.Kernel, nz, ny, nx int, out convOut) {
 	if deconFixed(k) {
 		zb, rows, tw := deconFixedTile(k)
 		d := dim{gx: (nx + deconCBX*deconCPT2 - 1) / (deconCBX * deconCPT2), gy: (ny + rows - 1) / rows, gz: (nz + zb - 1) / zb,
 			bx: deconCBX, by: deconCBY, bz: 1, shmem: tw * (rows + k.NY - 1) * 4}
-		e.launchDeconConvKZ(k.NX, zb, d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, mode, aux, decon.Eps, wz, sums)
+		e.launchDeconConvKZ(k.NX, zb, d, dst, src, kd, k.NZ, k.NY, nz, ny, nx, out.mode, out.aux, decon.Eps, out.wz, out.sums,
+			out.sat, out.box, float32(decon.FreeAlphaMin))
 		return
 	}
-	if mode == 3 {
+	if out.mode >= 3 {
 		panic("gpu: decon: fused sums need a fixed-width kernel")
 	}
 	d := dim{gx: (nx + deconCBX*deconCPT - 1) / (deconCBX * deconCPT), gy: (ny + deconCBY - 1) / deconCBY, gz: nz,
 		bx: deconCBX, by: deconCBY, bz: 1, shmem: deconTileFloats(k) * 4}
-	e.launchDeconConv(d, dst, src, kd, k.NZ, k.NY, k.NX, nz, ny, nx, mode, aux, decon.Eps)
+	e.launchDeconConv(d, dst, src, kd, k.NZ, k.NY, k.NX, nz, ny, nx, out.mode, out.aux, decon.Eps)
 }
 
 // deconFixedTile returns the block of k's compile-time specialisation
@@ -294,7 +312,7 @@ type deconCommon struct {
 	free           bool      // the free boundary (decon.BoundaryFree)
 	box            decon.Box // the observed voxels in the computed planes (the whole array when !free)
 	fa             *decon.FreeAlpha
-	satd           cu.DevicePtr // fa's summed-area table (float64)
+	satd, boxd     cu.DevicePtr // fa's summed-area table (float64) and box (6 int32: convOut)
 
 	cvs                   *deconConvs
 	R                     *psf.Kernel  // the damping kernel
@@ -340,6 +358,9 @@ func (c *deconCommon) uploadConsts(ar *devArena) {
 	if c.fa != nil {
 		c.satd = ar.bytes(int64(len(c.fa.SAT)) * 8)
 		put(e, c.satd, c.fa.SAT)
+		b := c.box
+		c.boxd = ar.bytes(6 * 4)
+		put(e, c.boxd, []int32{int32(b.Z0), int32(b.Z1), int32(b.Y0), int32(b.Y1), int32(b.X0), int32(b.X1)})
 	}
 }
 
@@ -525,20 +546,24 @@ func (r *deconResident) window(it int, wn decon.Window, alpha float64) {
 		}
 		e.launchDeconPredict(grid1(lm), y, c, xp, float32(alpha), lm)
 	}
-	cvs.conv(false, b, y, pn, wh, pw, 1, o, 0, 0)
-	fused := single && !biggs && p.Damping == 0 && r.tv == 0 && !r.free && deconFixed(k) && cvs.fft == nil
+	cvs.conv(false, b, y, pn, wh, pw, convOut{mode: 1, aux: o})
+	// fused: the new iterate and the stop rule's sum in the second
+	// convolution's pass (with the free boundary's division by α first)
+	fused := single && !biggs && p.Damping == 0 && r.tv == 0 && deconFixed(k) && cvs.fft == nil
 	switch {
+	case fused && r.free:
+		cvs.conv(true, a, b, pn, wh, pw, convOut{mode: 4, aux: y, wz: r.wd, sums: r.sums, sat: r.satd, box: r.boxd})
 	case r.tv > 0 || r.free:
 		r.tvUpdate(a, b, y, pn, wh, pw, wn.Lo)
 	case p.Damping > 0:
 		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
-		cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
-		e.deconConv(b, y, r.rd, r.R, pn, wh, pw, 0, 0, 0, 0)
+		cvs.conv(true, a, b, pn, wh, pw, convOut{})
+		e.deconConv(b, y, r.rd, r.R, pn, wh, pw, convOut{})
 		e.launchDeconDamp(grid1(lm), a, y, b, oml, lam, lm)
-	case fused: // the new iterate and the stop rule's sum in one pass
-		cvs.conv(true, a, b, pn, wh, pw, 3, y, r.wd, r.sums)
+	case fused:
+		cvs.conv(true, a, b, pn, wh, pw, convOut{mode: 3, aux: y, wz: r.wd, sums: r.sums})
 	default:
-		cvs.conv(true, a, b, pn, wh, pw, 2, y, 0, 0)
+		cvs.conv(true, a, b, pn, wh, pw, convOut{mode: 2, aux: y})
 	}
 	var gp cu.DevicePtr
 	if biggs && it >= 1 {
@@ -561,7 +586,7 @@ func (r *deconResident) window(it int, wn decon.Window, alpha float64) {
 func (c *deconCommon) tvUpdate(a, b, y cu.DevicePtr, pn, wh, pw, lo int) {
 	e, p := c.e, c.p
 	lm := int64(pn) * int64(wh) * int64(pw)
-	c.cvs.conv(true, a, b, pn, wh, pw, 0, 0, 0, 0)
+	c.cvs.conv(true, a, b, pn, wh, pw, convOut{})
 	if c.free {
 		bx, k := c.box, c.k
 		e.launchDeconFree(grid1(lm), a, c.satd, k.NZ, k.NY, k.NX, pn, wh, pw, lo, bx.Z0, bx.Z1, bx.Y0, bx.Y1, bx.X0, bx.X1, float32(decon.FreeAlphaMin))
@@ -569,7 +594,7 @@ func (c *deconCommon) tvUpdate(a, b, y cu.DevicePtr, pn, wh, pw, lo int) {
 	damp, oml, lam := 0, float32(1)-float32(p.Damping), float32(p.Damping)
 	if p.Damping > 0 {
 		damp = 1
-		e.deconConv(b, y, c.rd, c.R, pn, wh, pw, 0, 0, 0, 0)
+		e.deconConv(b, y, c.rd, c.R, pn, wh, pw, convOut{})
 	}
 	e.launchDeconTv(grid1(lm), a, y, b, pn, wh, pw, c.tv, c.tvEps2, damp, oml, lam)
 }

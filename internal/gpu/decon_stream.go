@@ -27,19 +27,19 @@ type deconConvs struct {
 
 // conv runs dst = conv(src, k) (flipped: flip(k)) on an (nz, ny, nx) window
 // with decon_conv's epilogue modes (3, the fused stop-rule sum, only direct).
-func (c *deconConvs) conv(flipped bool, dst, src cu.DevicePtr, nz, ny, nx, mode int, aux, wz, sums cu.DevicePtr) {
+func (c *deconConvs) conv(flipped bool, dst, src cu.DevicePtr, nz, ny, nx int, out convOut) {
 	if c.fft != nil {
-		if mode == 3 {
+		if out.mode >= 3 {
 			panic("gpu: decon: fused sums need the direct convolution")
 		}
-		c.e.deconFFTConv(c.fft, flipped, dst, src, nz, ny, nx, mode, aux)
+		c.e.deconFFTConv(c.fft, flipped, dst, src, nz, ny, nx, out.mode, out.aux)
 		return
 	}
 	kd := c.kd
 	if flipped {
 		kd = c.kfd
 	}
-	c.e.deconConv(dst, src, kd, c.k, nz, ny, nx, mode, aux, wz, sums)
+	c.e.deconConv(dst, src, kd, c.k, nz, ny, nx, out)
 }
 
 // deconPlan is how one deconvolution uses the device.
@@ -543,16 +543,16 @@ func (d *deconStream) updateSlab(i, it int, alpha float64) {
 		y = s.y
 		e.launchDeconPredict(grid1(lm), y, s.c, s.xp, float32(alpha), lm)
 	}
-	d.cvs.conv(false, s.b, y, pn, wh, pw, 1, s.o, 0, 0)
+	d.cvs.conv(false, s.b, y, pn, wh, pw, convOut{mode: 1, aux: s.o})
 	if d.tv > 0 || d.free {
 		d.tvUpdate(s.a, s.b, y, pn, wh, pw, wn.Lo)
 	} else if p.Damping > 0 {
 		oml, lam := float32(1)-float32(p.Damping), float32(p.Damping)
-		d.cvs.conv(true, s.a, s.b, pn, wh, pw, 0, 0, 0, 0)
-		e.deconConv(s.b, y, d.rd, d.R, pn, wh, pw, 0, 0, 0, 0)
+		d.cvs.conv(true, s.a, s.b, pn, wh, pw, convOut{})
+		e.deconConv(s.b, y, d.rd, d.R, pn, wh, pw, convOut{})
 		e.launchDeconDamp(grid1(lm), s.a, y, s.b, oml, lam, lm)
 	} else {
-		d.cvs.conv(true, s.a, s.b, pn, wh, pw, 2, y, 0, 0)
+		d.cvs.conv(true, s.a, s.b, pn, wh, pw, convOut{mode: 2, aux: y})
 	}
 	var gc, gp cu.DevicePtr
 	if d.biggs {

@@ -88,7 +88,10 @@ func TestDeconVsCPU(t *testing.T) {
 // the compile-time widths 1..15 with one-plane and 3D kernels (one and
 // four output planes per block), the generic kernel (17 wide), volumes
 // whose sizes are not multiples of the blocks, and the epilogue modes 1
-// (aux / max(s, eps)) and 2 (s * aux).
+// (aux / max(s, eps)) and 2 (s * aux); for the compile-time widths also
+// modes 3 (s * aux and the stop rule's weighted sum) and 4 (the free
+// boundary's decon.FreeCorrect first, the sum over its box only: decon.CPU's
+// order of operations), the sums within 1e-12 (atomics: another order).
 func TestDeconConvExact(t *testing.T) {
 	const nz, ny, nx = 6, 37, 301
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -98,6 +101,8 @@ func TestDeconConvExact(t *testing.T) {
 		src.Pix[i] = float32(rng.Float64() * 4000)
 		aux[i] = float32(rng.Float64() * 1000)
 	}
+	wz := []float64{2, 1, 1, 1, 1, 2}
+	box := decon.Box{Z0: 1, Z1: nz - 1, Y0: 3, Y1: ny - 4, X0: 5, X1: nx - 6}
 	var kernels []*psf.Kernel
 	for w := 1; w <= 17; w += 2 {
 		for _, kz := range []int{1, 3} {
@@ -121,28 +126,48 @@ func TestDeconConvExact(t *testing.T) {
 	n := int64(len(got))
 	for _, k := range kernels {
 		decon.Conv(want, src, k, 2)
-		for mode := range 3 {
+		fa := decon.NewFreeAlpha(k, box)
+		modes := 5
+		if !deconFixed(k) {
+			modes = 3
+		}
+		for mode := range modes {
+			var sum [1]float64
 			err := testEngine.do(context.Background(), "conv test", func() error {
 				e := testEngine
 				s, d, a, kd := e.alloc(n*4), e.alloc(n*4), e.alloc(n*4), e.alloc(int64(len(k.Data))*4)
-				defer e.release(s, d, a, kd)
+				wd, sd, sat, bd := e.alloc(int64(len(wz))*8), e.alloc(8), e.alloc(int64(len(fa.SAT))*8), e.alloc(6*4)
+				defer e.release(s, d, a, kd, wd, sd, sat, bd)
 				put(e, s, src.Pix)
 				put(e, a, aux)
 				put(e, kd, k.Data)
-				e.deconConv(d, s, kd, k, nz, ny, nx, mode, a, 0, 0)
+				put(e, wd, wz)
+				put(e, sd, sum[:])
+				put(e, sat, fa.SAT)
+				put(e, bd, []int32{int32(box.Z0), int32(box.Z1), int32(box.Y0), int32(box.Y1), int32(box.X0), int32(box.X1)})
+				e.deconConv(d, s, kd, k, nz, ny, nx, convOut{mode: mode, aux: a, wz: wd, sums: sd, sat: sat, box: bd})
 				get(e, got, d)
+				get(e, sum[:], sd)
 				return nil
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			bad := 0
+			var wantSum float64
 			for i, v := range want.Pix {
+				z, y, x := i/(ny*nx), i/nx%ny, i%nx
 				switch mode {
 				case 1:
 					v = aux[i] / max(v, decon.Eps)
-				case 2:
+				case 2, 3:
 					v = v * aux[i]
+				case 4:
+					v = decon.FreeCorrect(v, fa.At(z, y, x)) * aux[i]
+				}
+				if mode == 3 || (mode == 4 && box.In(z, y, x)) {
+					d := float64(aux[i]) - float64(v)
+					wantSum += wz[z] * (d * d)
 				}
 				if math.Float32bits(got[i]) != math.Float32bits(v) {
 					if bad == 0 {
@@ -153,6 +178,9 @@ func TestDeconConvExact(t *testing.T) {
 			}
 			if bad > 0 {
 				t.Errorf("kernel %dx%dx%d mode %d: %d of %d voxels differ from decon.Conv", k.NZ, k.NY, k.NX, mode, bad, n)
+			}
+			if mode >= 3 && math.Abs(sum[0]-wantSum) > 1e-12*wantSum {
+				t.Errorf("kernel %dx%dx%d mode %d: the stop rule's sum %.17g, CPU %.17g", k.NZ, k.NY, k.NX, mode, sum[0], wantSum)
 			}
 		}
 	}
@@ -418,11 +446,11 @@ func BenchmarkDeconConv(b *testing.B) {
 		defer e.release(src, dst, kd)
 		cu.MemsetD32(src, math.Float32bits(1.5), n)
 		put(e, kd, k.Data)
-		e.deconConv(dst, src, kd, k, nz, ny, nx, 0, 0, 0, 0) // warm-up
+		e.deconConv(dst, src, kd, k, nz, ny, nx, convOut{}) // warm-up
 		e.compute.Synchronize()
 		start := time.Now()
 		for range b.N {
-			e.deconConv(dst, src, kd, k, nz, ny, nx, 0, 0, 0, 0)
+			e.deconConv(dst, src, kd, k, nz, ny, nx, convOut{})
 		}
 		e.compute.Synchronize()
 		perLaunch = time.Since(start).Seconds() / float64(b.N)

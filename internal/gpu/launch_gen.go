@@ -361,11 +361,11 @@ func (e *Engine) launchCorrectBlendU16(d dim, outF cu.DevicePtr, outU cu.DeviceP
 	e.launchArgs("correct_blend_u16", d, uint64(outF), uint64(outU), uint64(tiles), uint64(flat), uint64(dark), uint64(math.Float32bits(scale)), uint64(math.Float32bits(flatMin)), uint64(int64(ntiles)), uint64(int64(H)), uint64(int64(W)), uint64(int64(outH)), uint64(int64(outW)), uint64(py), uint64(px), uint64(ty), uint64(tx))
 }
 
-// launchDeconConvKZ launches kernel decon_conv_k%d_z%d (kernels/decon.cu:275, macro CONV_FIXED), one of decon_conv_k1_z1, decon_conv_k1_z4, decon_conv_k3_z1, decon_conv_k3_z4, decon_conv_k5_z1, decon_conv_k5_z4, decon_conv_k7_z1, decon_conv_k7_z4, decon_conv_k9_z1, decon_conv_k9_z4, decon_conv_k11_z1, decon_conv_k11_z4, decon_conv_k13_z1, decon_conv_k13_z4, decon_conv_k15_z1, decon_conv_k15_z4.
+// launchDeconConvKZ launches kernel decon_conv_k%d_z%d (kernels/decon.cu:323, macro CONV_FIXED), one of decon_conv_k1_z1, decon_conv_k1_z4, decon_conv_k3_z1, decon_conv_k3_z4, decon_conv_k5_z1, decon_conv_k5_z4, decon_conv_k7_z1, decon_conv_k7_z4, decon_conv_k9_z1, decon_conv_k9_z4, decon_conv_k11_z1, decon_conv_k11_z4, decon_conv_k13_z1, decon_conv_k13_z4, decon_conv_k15_z1, decon_conv_k15_z4.
 //
-//	extern "C" __global__ void __launch_bounds__(CBX * CBY) decon_conv_k##KX##_z##ZB(float* dst, const float* src, const float* k, int kz, int ky, int nz, int ny, int nx, int mode, const float* aux, float eps, const double* wz, double* sums)
-func (e *Engine) launchDeconConvKZ(kx, zb int, d dim, dst cu.DevicePtr, src cu.DevicePtr, k cu.DevicePtr, kz int, ky int, nz int, ny int, nx int, mode int, aux cu.DevicePtr, eps float32, wz cu.DevicePtr, sums cu.DevicePtr) {
-	e.launchArgs(fmt.Sprintf("decon_conv_k%d_z%d", kx, zb), d, uint64(dst), uint64(src), uint64(k), uint64(int64(kz)), uint64(int64(ky)), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(mode)), uint64(aux), uint64(math.Float32bits(eps)), uint64(wz), uint64(sums))
+//	extern "C" __global__ void __launch_bounds__(CBX * CBY) decon_conv_k##KX##_z##ZB(float* dst, const float* src, const float* k, int kz, int ky, int nz, int ny, int nx, int mode, const float* aux, float eps, const double* wz, double* sums, const double* sat, const int* box, float amin)
+func (e *Engine) launchDeconConvKZ(kx, zb int, d dim, dst cu.DevicePtr, src cu.DevicePtr, k cu.DevicePtr, kz int, ky int, nz int, ny int, nx int, mode int, aux cu.DevicePtr, eps float32, wz cu.DevicePtr, sums cu.DevicePtr, sat cu.DevicePtr, box cu.DevicePtr, amin float32) {
+	e.launchArgs(fmt.Sprintf("decon_conv_k%d_z%d", kx, zb), d, uint64(dst), uint64(src), uint64(k), uint64(int64(kz)), uint64(int64(ky)), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(mode)), uint64(aux), uint64(math.Float32bits(eps)), uint64(wz), uint64(sums), uint64(sat), uint64(box), uint64(math.Float32bits(amin)))
 }
 
 // launchDeconPad launches kernel decon_pad (kernels/decon.cu:29).
@@ -387,10 +387,10 @@ func (e *Engine) launchDeconCheck(d dim, src cu.DevicePtr, n int64, maxbits cu.D
 	e.launchArgs("decon_check", d, uint64(src), uint64(n), uint64(maxbits), uint64(bad))
 }
 
-// launchDeconConv launches kernel decon_conv (kernels/decon.cu:74).
+// launchDeconConv launches kernel decon_conv (kernels/decon.cu:119).
 //
 // decon_conv: s = convn(src, k, 'same') with zeros outside src (nz, ny, nx);
-// mode 0: dst = s; 1: dst = aux / (s < eps ? eps : s); 2: dst = s * aux.
+// dst = conv_out(s, mode) (modes 0-2).
 // Block CBX x CBY threads, each CPT consecutive outputs along x; the source
 // tile of one kernel plane lives in shared memory, the kernel in global
 // memory read uniformly (broadcast). Dynamic shared memory:
@@ -401,7 +401,7 @@ func (e *Engine) launchDeconConv(d dim, dst cu.DevicePtr, src cu.DevicePtr, k cu
 	e.launchArgs("decon_conv", d, uint64(dst), uint64(src), uint64(k), uint64(int64(kz)), uint64(int64(ky)), uint64(int64(kx)), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(mode)), uint64(aux), uint64(math.Float32bits(eps)))
 }
 
-// launchDeconDamp launches kernel decon_damp (kernels/decon.cu:293).
+// launchDeconDamp launches kernel decon_damp (kernels/decon.cu:341).
 //
 // decon_damp: a = oml*(a*y) + l*b (the damped update; oml = 1 - l in float32).
 //
@@ -410,7 +410,7 @@ func (e *Engine) launchDeconDamp(d dim, a cu.DevicePtr, y cu.DevicePtr, b cu.Dev
 	e.launchArgs("decon_damp", d, uint64(a), uint64(y), uint64(b), uint64(math.Float32bits(oml)), uint64(math.Float32bits(l)), uint64(n))
 }
 
-// launchDeconTv launches kernel decon_tv (kernels/decon.cu:335).
+// launchDeconTv launches kernel decon_tv (kernels/decon.cu:383).
 //
 // decon_tv: the RL-TV update of Dey et al. on a window (nz, ny, nx):
 // a = a*y / (1 - lambda*div(grad y/|grad y|)) per plane (decon.TVFactor),
@@ -423,21 +423,17 @@ func (e *Engine) launchDeconTv(d dim, a cu.DevicePtr, y cu.DevicePtr, b cu.Devic
 	e.launchArgs("decon_tv", d, uint64(a), uint64(y), uint64(b), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(math.Float32bits(lambda)), uint64(math.Float32bits(eps2)), uint64(int64(damp)), uint64(math.Float32bits(oml)), uint64(math.Float32bits(l)))
 }
 
-// launchDeconFree launches kernel decon_free (kernels/decon.cu:383).
+// launchDeconFree launches kernel decon_free (kernels/decon.cu:418).
 //
-// decon_free: the free boundary's normalisation (decon.FreeAlpha.At and
-// FreeCorrect) of a window (nz, wh, nx) starting at padded row lo:
-// a = a / alpha, or 0 where alpha < amin; alpha is the sum of flip(k)
-// (kz, ky, kx) over the taps that reach the observed box
-// [z0, z1) x [y0, y1) x [x0, x1), from the summed-area table sat
-// ((kz+1) x (ky+1) x (kx+1), float64).
+// decon_free: the free boundary's normalisation (free_correct) of a window
+// (nz, wh, nx) starting at padded row lo.
 //
 //	extern "C" __global__ void decon_free(float* a, const double* sat, int kz, int ky, int kx, int nz, int wh, int nx, int lo, int z0, int z1, int y0, int y1, int x0, int x1, float amin)
 func (e *Engine) launchDeconFree(d dim, a cu.DevicePtr, sat cu.DevicePtr, kz int, ky int, kx int, nz int, wh int, nx int, lo int, z0 int, z1 int, y0 int, y1 int, x0 int, x1 int, amin float32) {
 	e.launchArgs("decon_free", d, uint64(a), uint64(sat), uint64(int64(kz)), uint64(int64(ky)), uint64(int64(kx)), uint64(int64(nz)), uint64(int64(wh)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(z0)), uint64(int64(z1)), uint64(int64(y0)), uint64(int64(y1)), uint64(int64(x0)), uint64(int64(x1)), uint64(math.Float32bits(amin)))
 }
 
-// launchDeconBoxZero launches kernel decon_box_zero (kernels/decon.cu:409).
+// launchDeconBoxZero launches kernel decon_box_zero (kernels/decon.cu:432).
 //
 // decon_box_zero: s (nz, ny, nx) = 0 outside the box [z0, z1) x [y0, y1) x
 // [x0, x1) (decon.ZeroOutside: the free boundary fits observed voxels only).
@@ -447,7 +443,7 @@ func (e *Engine) launchDeconBoxZero(d dim, s cu.DevicePtr, nz int, ny int, nx in
 	e.launchArgs("decon_box_zero", d, uint64(s), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(z0)), uint64(int64(z1)), uint64(int64(y0)), uint64(int64(y1)), uint64(int64(x0)), uint64(int64(x1)))
 }
 
-// launchDeconPredict launches kernel decon_predict (kernels/decon.cu:422).
+// launchDeconPredict launches kernel decon_predict (kernels/decon.cu:445).
 //
 // decon_predict: y = max(x + alpha*(x - xp), 0) (Biggs-Andrews prediction).
 //
@@ -456,7 +452,7 @@ func (e *Engine) launchDeconPredict(d dim, y cu.DevicePtr, x cu.DevicePtr, xp cu
 	e.launchArgs("decon_predict", d, uint64(y), uint64(x), uint64(xp), uint64(math.Float32bits(alpha)), uint64(n))
 }
 
-// launchDeconRows launches kernel decon_rows (kernels/decon.cu:437).
+// launchDeconRows launches kernel decon_rows (kernels/decon.cu:460).
 //
 // decon_rows: copy rows [lo, lo+wh) of every plane of src (nz, ph, nx) into
 // dst (nz, wh, nx) (dir 0), or the core rows back: dst (nz, ph, nx) rows
@@ -467,7 +463,7 @@ func (e *Engine) launchDeconRows(d dim, dst cu.DevicePtr, src cu.DevicePtr, nz i
 	e.launchArgs("decon_rows", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(int64(dir)))
 }
 
-// launchDeconSums launches kernel decon_sums (kernels/decon.cu:463).
+// launchDeconSums launches kernel decon_sums (kernels/decon.cu:486).
 //
 // decon_sums over the core rows [c0, c1) of a window (nz, wh, nx) starting
 // at padded row lo: sums[0] += w[z]*(cur - nw)^2; for Biggs (g != 0) also
@@ -484,7 +480,7 @@ func (e *Engine) launchDeconSums(d dim, cur cu.DevicePtr, nw cu.DevicePtr, y cu.
 	e.launchArgs("decon_sums", d, uint64(cur), uint64(nw), uint64(y), uint64(g), uint64(gp), uint64(w), uint64(int64(nz)), uint64(int64(ph)), uint64(int64(nx)), uint64(int64(lo)), uint64(int64(wh)), uint64(int64(c0)), uint64(int64(c1)), uint64(sums), uint64(int64(row0)), uint64(int64(bz0)), uint64(int64(bz1)), uint64(int64(by0)), uint64(int64(by1)), uint64(int64(bx0)), uint64(int64(bx1)))
 }
 
-// launchDeconHist launches kernel decon_hist (kernels/decon.cu:520).
+// launchDeconHist launches kernel decon_hist (kernels/decon.cu:543).
 //
 // decon_hist: histogram of the bits of |x| over the cropped region: the
 // value's bits u count in bin (u >> shift) & mask when all = 1 or
@@ -495,7 +491,7 @@ func (e *Engine) launchDeconHist(d dim, bins cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_hist", d, uint64(bins), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(shift)), uint64(int64(mask)), uint64(int64(all)), uint64(int64(mshift)), uint64(match))
 }
 
-// launchDeconScale launches kernel decon_scale (kernels/decon.cu:542).
+// launchDeconScale launches kernel decon_scale (kernels/decon.cu:565).
 //
 // decon_scale: out (n, h, w) = (clip(|x|, lo, hi) - lo)/(hi - lo)*rawMax in
 // float64 (decon.Rescale), or |x| when scale = 0 (decon.Crop).
@@ -505,7 +501,7 @@ func (e *Engine) launchDeconScale(d dim, out cu.DevicePtr, x cu.DevicePtr, n int
 	e.launchArgs("decon_scale", d, uint64(out), uint64(x), uint64(n), uint64(int64(h)), uint64(int64(w)), uint64(int64(ph)), uint64(int64(pw)), uint64(int64(bz)), uint64(int64(by)), uint64(int64(bx)), uint64(int64(scale)), math.Float64bits(lo), math.Float64bits(hi), math.Float64bits(rawMax))
 }
 
-// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:564).
+// launchDeconQuantize launches kernel decon_quantize (kernels/decon.cu:587).
 //
 // decon_quantize: dst = round-half-up clip(src, 0, 65535) (decon.Quantize).
 //
@@ -514,7 +510,7 @@ func (e *Engine) launchDeconQuantize(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_quantize", d, uint64(dst), uint64(src), uint64(n))
 }
 
-// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:586).
+// launchDeconFftPlace launches kernel decon_fft_place (kernels/decon.cu:609).
 //
 // decon_fft_place: dst (fz, fy, fx) = src (nz, ny, nx) at the origin, zero elsewhere.
 //
@@ -523,7 +519,7 @@ func (e *Engine) launchDeconFftPlace(d dim, dst cu.DevicePtr, src cu.DevicePtr, 
 	e.launchArgs("decon_fft_place", d, uint64(dst), uint64(src), uint64(int64(nz)), uint64(int64(ny)), uint64(int64(nx)), uint64(int64(fz)), uint64(int64(fy)), uint64(int64(fx)))
 }
 
-// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:600).
+// launchDeconFftMul launches kernel decon_fft_mul (kernels/decon.cu:623).
 //
 // decon_fft_mul: s = s * k * scale (complex, interleaved), n values.
 //
@@ -532,7 +528,7 @@ func (e *Engine) launchDeconFftMul(d dim, s cu.DevicePtr, k cu.DevicePtr, scale 
 	e.launchArgs("decon_fft_mul", d, uint64(s), uint64(k), uint64(math.Float32bits(scale)), uint64(n))
 }
 
-// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:613).
+// launchDeconFftTake launches kernel decon_fft_take (kernels/decon.cu:636).
 //
 // decon_fft_take: v = src (fz, fy, fx) at (z+cz, y+cy, x+cx); dst (nz, ny, nx)
 // gets v, aux/max(v, eps) (mode 1) or v*aux (mode 2), as decon_conv.

@@ -65,8 +65,53 @@ extern "C" __global__ void decon_check(const float* src, i64 n, unsigned int* ma
     }
 }
 
+// conv_out: a convolution's output s under mode 0 (s), 1 (aux / (s < eps ?
+// eps : s): the RL ratio) or 2 (s * aux: the RL update), aux at index i.
+__device__ __forceinline__ float conv_out(float s, int mode, const float* aux, i64 i, float eps)
+{
+    if (mode == 1) {
+        float d = s < eps ? eps : s;
+        return aux[i] / d;
+    }
+    if (mode == 2)
+        return s * aux[i];
+    return s;
+}
+
+// tap_range: the taps [*t0, *t1) of a kernel n long whose 'same'
+// convolution at i reads a source sample in [lo, hi) (decon.tapRange).
+__device__ __forceinline__ void tap_range(int i, int n, int lo, int hi, int* t0, int* t1)
+{
+    int c = n / 2;
+    *t0 = max(0, i + c - hi + 1);
+    *t1 = min(n, i + c - lo + 1);
+}
+
+// free_correct: the free boundary's normalisation of c at padded voxel
+// (z, y, x) (decon.FreeAlpha.At and FreeCorrect): c / alpha, or 0 where
+// alpha < amin; alpha is the sum of flip(k) (kz, ky, kx) over the taps that
+// reach the observed box [z0, z1) x [y0, y1) x [x0, x1), from the
+// summed-area table sat ((kz+1) x (ky+1) x (kx+1), float64).
+__device__ __forceinline__ float free_correct(float c, const double* sat, int kz, int ky, int kx, int z, int y, int x,
+    int z0, int z1, int y0, int y1, int x0, int x1, float amin)
+{
+    int a0, a1, b0, b1, e0, e1;
+    tap_range(z, kz, z0, z1, &a0, &a1);
+    tap_range(y, ky, y0, y1, &b0, &b1);
+    tap_range(x, kx, x0, x1, &e0, &e1);
+    float al = 0.0f;
+    if (a0 < a1 && b0 < b1 && e0 < e1) {
+#define SAT(p, q, t) sat[((i64)(p) * (ky + 1) + (q)) * (kx + 1) + (t)]
+        double s = SAT(a1, b1, e1) - SAT(a0, b1, e1) - SAT(a1, b0, e1) - SAT(a1, b1, e0);
+        s = s + SAT(a0, b0, e1) + SAT(a0, b1, e0) + SAT(a1, b0, e0) - SAT(a0, b0, e0);
+#undef SAT
+        al = (float)s;
+    }
+    return al < amin ? 0.0f : c / al;
+}
+
 // decon_conv: s = convn(src, k, 'same') with zeros outside src (nz, ny, nx);
-// mode 0: dst = s; 1: dst = aux / (s < eps ? eps : s); 2: dst = s * aux.
+// dst = conv_out(s, mode) (modes 0-2).
 // Block CBX x CBY threads, each CPT consecutive outputs along x; the source
 // tile of one kernel plane lives in shared memory, the kernel in global
 // memory read uniformly (broadcast). Dynamic shared memory:
@@ -119,14 +164,7 @@ extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __re
         if (x >= nx)
             continue;
         i64 i = ((i64)z * ny + y) * nx + x;
-        float v = s[j];
-        if (mode == 1) {
-            float d = v < eps ? eps : v;
-            v = aux[i] / d;
-        } else if (mode == 2) {
-            v = v * aux[i];
-        }
-        dst[i] = v;
+        dst[i] = conv_out(s[j], mode, aux, i, eps);
     }
 }
 
@@ -136,9 +174,13 @@ extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __re
 // loads); each source plane's tile is loaded once for the ZB output planes,
 // each kernel weight once for the RY rows. Every output gets the same sums
 // in the same order as decon.Conv (kernel plane a ascending, i.e. source
-// plane descending, then rows, then columns), one FMA per tap. Mode 3 is
-// mode 2 plus the stop rule's sum sums[0] += w[z]*(aux - dst)^2 (RL without
-// windows: cur = y = aux).
+// plane descending, then rows, then columns), one FMA per tap. Modes 0-2 as
+// decon_conv; mode 3 is mode 2 plus the stop rule's sum sums[0] +=
+// w[z]*(aux - dst)^2 (RL without windows: cur = y = aux); mode 4 is mode 3
+// after the free boundary's division by alpha (free_correct; sat, box: its
+// table and the observed box z0, z1, y0, y1, x0, x1; amin), the sum taken
+// over the box only: decon_free, decon_tv (no TV, no damping) and
+// decon_sums of one window in one pass.
 #define CPT2 8
 // CONV_RY: output rows per thread; two for one-plane kernels (the tile's
 // halo rows and the weights serve twice the outputs), one for 3D kernels,
@@ -147,7 +189,8 @@ extern "C" __global__ void decon_conv(float* __restrict__ dst, const float* __re
 #define CONV_RY(ZB) ((ZB) == 1 ? 2 : 1)
 template <int KX, int ZB, int RY>
 __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float* __restrict__ src, const float* __restrict__ k,
-    int kz, int ky, int nz, int ny, int nx, int mode, const float* __restrict__ aux, float eps, const double* __restrict__ wz, double* sums)
+    int kz, int ky, int nz, int ny, int nx, int mode, const float* __restrict__ aux, float eps, const double* __restrict__ wz, double* sums,
+    const double* __restrict__ sat, const int* __restrict__ box, float amin)
 {
     extern __shared__ float4 smem4[];
     float* tile = (float*)smem4;
@@ -221,12 +264,16 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
         }
     }
     double part = 0;
+    int bz0 = 0, bz1 = nz, by0 = 0, by1 = ny, bx0 = 0, bx1 = nx; // the sum's box
+    if (mode == 4) {
+        bz0 = box[0], bz1 = box[1], by0 = box[2], by1 = box[3], bx0 = box[4], bx1 = box[5];
+    }
 #pragma unroll
     for (int o = 0; o < ZB; o++) {
         int z = z0 + o;
         if (z >= nz)
             continue;
-        double wv = mode == 3 ? wz[z] : 0.0;
+        double wv = mode >= 3 ? wz[z] : 0.0;
 #pragma unroll
         for (int q = 0; q < RY; q++) {
             int y = y0 + ly * RY + q;
@@ -239,22 +286,23 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
                     continue;
                 i64 i = ((i64)z * ny + y) * nx + x;
                 float v = s[o][q][j];
-                if (mode == 1) {
-                    float d = v < eps ? eps : v;
-                    v = aux[i] / d;
-                } else if (mode >= 2) {
-                    float c0 = aux[i];
-                    v = v * c0;
-                    if (mode == 3) {
-                        double d = (double)c0 - (double)v;
-                        part += wv * (d * d);
-                    }
+                if (mode < 3) {
+                    dst[i] = conv_out(v, mode, aux, i, eps);
+                    continue;
+                }
+                if (mode == 4)
+                    v = free_correct(v, sat, kz, ky, KX, z, y, x, bz0, bz1, by0, by1, bx0, bx1, amin);
+                float c0 = aux[i];
+                v = v * c0;
+                if (z >= bz0 && z < bz1 && y >= by0 && y < by1 && x >= bx0 && x < bx1) {
+                    double d = (double)c0 - (double)v;
+                    part += wv * (d * d);
                 }
                 dst[i] = v;
             }
         }
     }
-    if (mode == 3) {
+    if (mode >= 3) {
         __shared__ double scratch[32];
         int t = threadIdx.y * blockDim.x + threadIdx.x;
         for (int o = 16; o > 0; o >>= 1)
@@ -275,9 +323,9 @@ __device__ __forceinline__ void conv_fixed(float* __restrict__ dst, const float*
 #define CONV_FIXED(KX, ZB)                                                                                                      \
     extern "C" __global__ void __launch_bounds__(CBX * CBY) decon_conv_k##KX##_z##ZB(float* dst, const float* src,         \
         const float* k, int kz, int ky, int nz, int ny, int nx, int mode, const float* aux, float eps, const double* wz,      \
-        double* sums)                                                                                                           \
+        double* sums, const double* sat, const int* box, float amin)                                                            \
     {                                                                                                                           \
-        conv_fixed<KX, ZB, CONV_RY(ZB)>(dst, src, k, kz, ky, nz, ny, nx, mode, aux, eps, wz, sums);                             \
+        conv_fixed<KX, ZB, CONV_RY(ZB)>(dst, src, k, kz, ky, nz, ny, nx, mode, aux, eps, wz, sums, sat, box, amin);             \
     }
 #define CONV_FIXED_Z(KX) CONV_FIXED(KX, 1) CONV_FIXED(KX, 4)
 CONV_FIXED_Z(1)
@@ -365,21 +413,8 @@ extern "C" __global__ void decon_tv(float* a, const float* y, const float* b, in
     }
 }
 
-// tap_range: the taps [*t0, *t1) of a kernel n long whose 'same'
-// convolution at i reads a source sample in [lo, hi) (decon.tapRange).
-__device__ __forceinline__ void tap_range(int i, int n, int lo, int hi, int* t0, int* t1)
-{
-    int c = n / 2;
-    *t0 = max(0, i + c - hi + 1);
-    *t1 = min(n, i + c - lo + 1);
-}
-
-// decon_free: the free boundary's normalisation (decon.FreeAlpha.At and
-// FreeCorrect) of a window (nz, wh, nx) starting at padded row lo:
-// a = a / alpha, or 0 where alpha < amin; alpha is the sum of flip(k)
-// (kz, ky, kx) over the taps that reach the observed box
-// [z0, z1) x [y0, y1) x [x0, x1), from the summed-area table sat
-// ((kz+1) x (ky+1) x (kx+1), float64).
+// decon_free: the free boundary's normalisation (free_correct) of a window
+// (nz, wh, nx) starting at padded row lo.
 extern "C" __global__ void decon_free(float* a, const double* sat, int kz, int ky, int kx, int nz, int wh, int nx, int lo,
     int z0, int z1, int y0, int y1, int x0, int x1, float amin)
 {
@@ -388,19 +423,7 @@ extern "C" __global__ void decon_free(float* a, const double* sat, int kz, int k
     {
         int z, yy, x;
         voxel_zyx(i, wh, nx, &z, &yy, &x);
-        int a0, a1, b0, b1, e0, e1;
-        tap_range(z, kz, z0, z1, &a0, &a1);
-        tap_range(lo + yy, ky, y0, y1, &b0, &b1);
-        tap_range(x, kx, x0, x1, &e0, &e1);
-        float al = 0.0f;
-        if (a0 < a1 && b0 < b1 && e0 < e1) {
-#define SAT(p, q, t) sat[((i64)(p) * (ky + 1) + (q)) * (kx + 1) + (t)]
-            double s = SAT(a1, b1, e1) - SAT(a0, b1, e1) - SAT(a1, b0, e1) - SAT(a1, b1, e0);
-            s = s + SAT(a0, b0, e1) + SAT(a0, b1, e0) + SAT(a1, b0, e0) - SAT(a0, b0, e0);
-#undef SAT
-            al = (float)s;
-        }
-        a[i] = al < amin ? 0.0f : a[i] / al;
+        a[i] = free_correct(a[i], sat, kz, ky, kx, z, lo + yy, x, z0, z1, y0, y1, x0, x1, amin);
     }
 }
 
@@ -620,13 +643,6 @@ extern "C" __global__ void decon_fft_take(float* dst, const float* src, int nz, 
         i64 r = i / nx;
         int y = (int)(r % ny);
         int z = (int)(r / ny);
-        float v = src[((i64)(z + cz) * fy + y + cy) * fx + x + cx];
-        if (mode == 1) {
-            float d = v < eps ? eps : v;
-            v = aux[i] / d;
-        } else if (mode == 2) {
-            v = v * aux[i];
-        }
-        dst[i] = v;
+        dst[i] = conv_out(src[((i64)(z + cz) * fy + y + cy) * fx + x + cx], mode, aux, i, eps);
     }
 }
