@@ -26,7 +26,8 @@ type deconConvs struct {
 }
 
 // conv runs dst = conv(src, k) (flipped: flip(k)) on an (nz, ny, nx) window
-// with decon_conv's epilogue modes (3, the fused stop-rule sum, only direct).
+// with the epilogue out (convOut; modes 3 and 4, the fused update and stop-rule
+// sum, only on the direct kernels of a compile-time width).
 func (c *deconConvs) conv(flipped bool, dst, src cu.DevicePtr, nz, ny, nx int, out convOut) {
 	if c.fft != nil {
 		if out.mode >= 3 {
